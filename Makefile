@@ -1,0 +1,61 @@
+# P-MOSS — one-command setup, demo, tests and benchmarks on a fresh Debian 12 machine.
+# Every target runs `setup` first; every step is idempotent (stamps and CMake's own state).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV  := .venv
+PY    := $(VENV)/bin/python
+BUILD := build
+SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+export DVC_NO_ANALYTICS := 1
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PMOSS_LIB := $(CURDIR)/$(BUILD)/runtime/libpmoss.so
+export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow/mlflow.db
+
+.PHONY: help setup apt venv native demo test test-py test-c test-sanitize bench clean
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+setup: apt venv native  ## apt packages, .venv with pinned packages, C build
+
+apt: .stamp-apt
+.stamp-apt: setup/apt-packages.txt
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$(grep -v '^#' setup/apt-packages.txt)
+	touch $@
+
+venv: .stamp-venv
+# torch==2.13.0 first: it is the CPU build on disk; any other spec pulls a multi-GB CUDA build.
+.stamp-venv: pyproject.toml setup/constraints.txt
+	[ -x $(PY) ] || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c setup/constraints.txt -e '.[test]'
+	touch $@
+
+native: .stamp-apt  ## build libpmoss + pmoss-runtime (CMake, Release with debug info)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j2
+
+demo: setup  ## run the whole pipeline (dvc repro) on the embedded tiny defaults
+	$(VENV)/bin/dvc repro
+	@$(VENV)/bin/dvc metrics show
+	@echo
+	@echo "metrics: eval/metrics.json   plot: eval/speedup.png   models: pmoss-dt@candidate"
+	@echo "browse:  $(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI)"
+
+test: setup  ## pytest (fast set + a slice of slow ones) and ctest
+	$(MAKE) test-c
+	$(MAKE) test-py
+
+test-c:
+	ctest --test-dir $(BUILD) --output-on-failure -j2
+
+test-py:
+	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -m "slow and ci"
+
+bench: setup  ## every benchmark; JSON records land in benchmarks/results/
+	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan .stamp-*

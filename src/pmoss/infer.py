@@ -1,0 +1,95 @@
+"""Inference: an autoregressive rollout with a KV cache that turns one snapshot into a schedule.
+
+Input: a machine descriptor, one raw snapshot taken under the currently running schedule, and a
+target return (factor x the best throughput the model saw for that machine and workload; the
+paper uses 2x). Each step feeds 2-3 new tokens through the cached transformer, so a rollout costs
+N small forward passes instead of N full-context ones. Eligibility masking and a cap of k slices
+per core (inference only) keep every action valid; the result is validated before it is returned.
+
+Return-to-go after slice t decreases by the slice's share of the snapshot's throughput times the
+target: the snapshot is the only evidence of how load spreads over slices.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from pmoss.bundle import Bundle
+from pmoss.machine import Machine
+from pmoss.schedule import Schedule
+from pmoss.state import RunningTile, eligibility, tile_cells
+from pmoss.tokens import encode_snapshot
+
+Mode = Literal["greedy", "sample", "best-of-k"]
+
+
+def snapshot_inputs(bundle: Bundle, machine: Machine, row: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Normalised (meta [M], feats [N, F]) and per-slice load shares [N] from a raw snapshot row."""
+    s = bundle.stats
+    if row["n_slices"] != bundle.config.n_slices:
+        raise ValueError(f"snapshot: has {row['n_slices']} slices, the model schedules {bundle.config.n_slices}")
+    feats, mask, meta = encode_snapshot(row, machine)
+    feats = (feats - np.asarray(s.feature_mean)) / np.asarray(s.feature_std) * mask
+    meta = (meta - np.asarray(s.meta_mean)) / np.asarray(s.meta_std)
+    q = np.asarray(row["queries"], dtype=np.float64)
+    share = q / q.sum() if q.sum() > 0 else np.full(len(q), 1 / len(q))
+    return torch.tensor(meta, dtype=torch.float32), torch.tensor(feats, dtype=torch.float32), share
+
+
+@torch.no_grad()
+def rollout(
+    bundle: Bundle, machine: Machine, row: dict[str, Any], *, target_factor: float = 2.0, batch: int = 1,
+    temperature: float = 0.0, cap: int | None = None, seed: int = 0, model: torch.nn.Module | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`batch` rollouts in parallel; returns (worker actions [B, N], log-likelihoods [B]). temperature 0 = greedy."""
+    cfg = bundle.config
+    model = model or bundle.model()
+    meta, feats, share = snapshot_inputs(bundle, machine, row)
+    N, R, K = cfg.n_slices, cfg.tile_rows, cfg.tile_cols
+    elig = eligibility(machine, R, K).unsqueeze(0).expand(batch, -1)  # [B, A]
+    cap = cap or math.ceil(2 * N / machine.n_workers)
+    cell_to_worker = {c: i for i, c in enumerate(tile_cells(machine, K))}
+    gen = torch.Generator().manual_seed(seed)
+    tile = RunningTile(elig, N, cfg.n_features, R, K)
+    caches: list[dict[str, torch.Tensor]] = [{} for _ in model.blocks]
+    rtg = torch.full((batch,), float(target_factor))
+    chosen = torch.zeros(batch, N, dtype=torch.long)
+    loglik = torch.zeros(batch)
+    x = model.embed_meta(meta).expand(batch, 1, -1)  # [B, 1, E]
+    for t in range(N):
+        x = torch.cat([x, model.step_tokens(rtg[:, None], tile.tile(), None, t)], dim=1)  # + rtg_t, state_t
+        h = model.extend(x, caches)[:, -1]  # [B, E] at state_t
+        logits = model.head(h).masked_fill(~elig | (tile.occ >= cap), float("-inf"))
+        logp = torch.log_softmax(logits, -1)
+        a = logp.argmax(-1) if temperature <= 0 else torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen).squeeze(-1)
+        loglik += logp.gather(1, a[:, None]).squeeze(1)
+        chosen[:, t] = a
+        tile.place(a, feats[t].expand(batch, -1))
+        rtg = rtg - float(share[t] * target_factor)
+        x = model.action_token(a, t)  # fed with the next step's tokens
+    workers = np.vectorize(cell_to_worker.__getitem__)(chosen.numpy())
+    return workers, loglik.numpy()
+
+
+def propose(
+    bundle: Bundle, machine: Machine, row: dict[str, Any], *, mode: Mode = "greedy", k: int = 8, temperature: float = 1.0,
+    target_factor: float = 2.0, cap: int | None = None, seed: int = 0, score: Callable[[Schedule], float] | None = None,
+) -> Schedule:
+    """A validated `learned` schedule. best-of-k ranks k samples by `score` (e.g. a simulator) or by likelihood."""
+    batch = 1 if mode == "greedy" else k if mode == "best-of-k" else 1
+    temp = 0.0 if mode == "greedy" else temperature
+    actions, loglik = rollout(bundle, machine, row, target_factor=target_factor, batch=batch, temperature=temp, cap=cap, seed=seed)
+    provenance = {"model": bundle.info.get("registered_as") or bundle.info.get("algo", "dt"), "mode": mode, "seed": seed, "target_factor": target_factor}
+    candidates = [Schedule.from_actions(machine, a.tolist(), **provenance) for a in actions]
+    if len(candidates) == 1:
+        best = candidates[0]
+    elif score is not None:
+        best = max(candidates, key=score)
+    else:
+        best = candidates[int(np.argmax(loglik))]
+    return best.validate_for(machine)

@@ -1,0 +1,130 @@
+"""The model registry on MLflow: register trained bundles, list versions.
+
+A version carries the bundle (weights + config + normalisation stats) as an MLflow pyfunc model,
+and as tags: the model config, the dataset hash it was trained on, the git commit, and its
+evaluation metrics. New versions get the alias `candidate`. Works against the sqlite store under
+`mlflow/` (default) or any MLflow server named by MLFLOW_TRACKING_URI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from pmoss.bundle import BUNDLE_FILE, load_bundle
+from pmoss.errors import PmossError
+
+MODEL_NAMES = {"dt": "pmoss-dt", "bc": "pmoss-bc", "cql": "pmoss-cql"}
+app = typer.Typer(help="Register and list model versions (MLflow registry).", no_args_is_help=True)
+
+
+class RegistryError(PmossError):
+    pass
+
+
+def _mlflow():
+    import mlflow
+
+    from pmoss.train import default_tracking_uri
+
+    mlflow.set_tracking_uri(default_tracking_uri())
+    mlflow.set_registry_uri(default_tracking_uri())
+    return mlflow
+
+
+def file_md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _pyfunc_class():
+    import mlflow.pyfunc
+
+    class ScheduleModel(mlflow.pyfunc.PythonModel):
+        """pyfunc wrapper: `load_context` loads the bundle; `predict` is not the serving path."""
+
+        def load_context(self, context: Any) -> None:
+            self.bundle = load_bundle(Path(context.artifacts["bundle"]))
+
+        def predict(self, context: Any, model_input: Any, params: dict[str, Any] | None = None) -> Any:
+            return {"config": asdict(self.bundle.config)}
+
+    return ScheduleModel
+
+
+def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | None, alias: str = "candidate") -> int:
+    """Log `model_dir/model.pt` as a new version of `name`, tag it, point `alias` at it; returns the version."""
+    mlflow = _mlflow()
+    bundle = load_bundle(model_dir)
+    tags: dict[str, str] = {"git_commit": str(bundle.info.get("git_commit", "unknown")), "algo": str(bundle.info.get("algo", "dt")),
+                            "model_config": json.dumps(asdict(bundle.config)), "source": "sim"}  # fmt: skip
+    if dataset is not None:
+        tags["dataset"] = str(dataset)
+        tags["dataset_md5"] = file_md5(Path(dataset) / "tokens.parquet")
+    eval_metrics = json.loads(Path(metrics).read_text()) if metrics else {}
+    if eval_metrics:
+        tags["eval_metrics"] = json.dumps(eval_metrics.get("geomean", {}))
+    mlflow.set_experiment("pmoss-registry")
+    with mlflow.start_run(run_name=f"register-{name}") as run:
+        mlflow.set_tags(tags)
+        mlflow.log_dict(asdict(bundle.stats), "normalisation_stats.json")
+        for m, vals in eval_metrics.get("geomean", {}).items():
+            mlflow.log_metrics({f"{m}.{k}": float(v) for k, v in vals.items()})
+        mlflow.pyfunc.log_model(name="model", python_model=_pyfunc_class()(), artifacts={"bundle": str(Path(model_dir) / BUNDLE_FILE)},
+                                pip_requirements=["torch==2.13.0", "pmoss"])  # fmt: skip
+        version = mlflow.register_model(f"runs:/{run.info.run_id}/model", name)
+    client = mlflow.MlflowClient()
+    for k, v in tags.items():
+        client.set_model_version_tag(name, version.version, k, v)
+    client.set_registered_model_alias(name, alias, version.version)
+    return int(version.version)
+
+
+def fetch(uri: str) -> Path:
+    """Download a registered model (`models:/NAME@ALIAS` or `models:/NAME/VERSION`) and return its bundle path."""
+    mlflow = _mlflow()
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(uri))
+    except mlflow.exceptions.MlflowException as e:
+        raise RegistryError(f"{uri}: cannot load from the registry ({e.message.splitlines()[0]})") from e
+    found = sorted(local.rglob(BUNDLE_FILE))
+    if not found:
+        raise RegistryError(f"{uri}: the version has no {BUNDLE_FILE}")
+    return found[0]
+
+
+@app.command("register")
+def register_command(
+    model_dir: Annotated[Path, typer.Argument(help="Model directory holding model.pt.")],
+    name: Annotated[str, typer.Option(help="Registered model name.")] = "pmoss-dt",
+    dataset: Annotated[Optional[Path], typer.Option(help="The tokenised dataset it was trained on (hashed into a tag).")] = None,
+    metrics: Annotated[Optional[Path], typer.Option(help="Evaluation metrics.json to attach.")] = None,
+    alias: Annotated[str, typer.Option(help="Alias to point at the new version.")] = "candidate",
+    receipt: Annotated[Optional[Path], typer.Option(help="Write {name, version, alias} JSON here (a DVC output).")] = None,
+) -> None:
+    """Register a trained model as a new version and move an alias (default `candidate`) to it."""
+    version = register(model_dir, name, dataset, metrics, alias)
+    if receipt:
+        receipt.parent.mkdir(parents=True, exist_ok=True)
+        receipt.write_text(json.dumps({"name": name, "version": version, "alias": alias}) + "\n")
+    typer.echo(f"registered {name} version {version} (alias {alias})")
+
+
+@app.command("list")
+def list_command(name: Annotated[str, typer.Option(help="Registered model name.")] = "pmoss-dt") -> None:
+    """List the versions of a registered model with their aliases."""
+    mlflow = _mlflow()
+    client = mlflow.MlflowClient()
+    versions = client.search_model_versions(f"name='{name}'")
+    if not versions:
+        raise RegistryError(f"{name}: no registered versions on {mlflow.get_tracking_uri()}")
+    for v in sorted(versions, key=lambda v: int(v.version)):
+        typer.echo(f"{name} v{v.version}  aliases={','.join(v.aliases) or '-'}  commit={v.tags.get('git_commit', '?')[:10]}  eval={v.tags.get('eval_metrics', '-')}")

@@ -1,0 +1,68 @@
+"""State tokens: the core tile seen before each slice is placed (DESIGN §4.4).
+
+Tile cell (row = NUMA node, column = the worker's rank in its node) channels:
+  0 occupancy   slices already placed on the core, in units of the fair share N / workers
+  1 eligibility 1 where a worker exists (the position channel)
+  2.. features  sum of the normalised features of slices already placed on the core
+Slice t's own counters are never in state t (exclusive cumulative sums), which is what the leakage
+guard tests check. Training builds all N tiles at once; rollout updates one running tile.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from pmoss.machine import Machine
+
+
+def tile_cells(machine: Machine, cols: int) -> list[int]:
+    """Tile cell index of each worker action index (row * cols + column)."""
+    cells = [r * cols + c for r, c in machine.tile_position]
+    assert max(c for _, c in machine.tile_position) < cols, f"{machine.name} does not fit a tile of {cols} columns"
+    return cells
+
+
+def eligibility(machine: Machine, rows: int, cols: int) -> torch.Tensor:
+    if machine.numa_nodes > rows or max(len(w) for w in machine.workers_by_node) > cols:
+        raise ValueError(f"{machine.name}: {machine.numa_nodes} nodes x {max(len(w) for w in machine.workers_by_node)} workers does not fit the model's {rows}x{cols} core tile")
+    e = torch.zeros(rows * cols, dtype=torch.bool)
+    e[tile_cells(machine, cols)] = True
+    return e
+
+
+def build_tiles(cells: torch.Tensor, feats: torch.Tensor, eligible: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """All N state tiles of a batch: [B, N] cells, [B, N, F] feats, [B, A] eligible -> [B, N, 2+F, R, K]."""
+    B, N, Fdim = feats.shape
+    onehot = F.one_hot(cells, rows * cols).to(feats.dtype)  # [B, N, A]
+    fair = (N / eligible.sum(-1).clamp(min=1)).to(feats.dtype)  # [B]
+    occ = (onehot.cumsum(1) - onehot) / fair[:, None, None]  # [B, N, A] exclusive: slice t not yet placed
+    load = onehot.unsqueeze(-1) * feats.unsqueeze(2)  # [B, N, A, F]
+    load = (load.cumsum(1) - load) / fair[:, None, None, None]
+    elig = eligible.to(feats.dtype)[:, None, :, None].expand(B, N, rows * cols, 1)
+    tiles = torch.cat([occ.unsqueeze(-1), elig, load], dim=-1)  # [B, N, A, C]
+    return tiles.permute(0, 1, 3, 2).reshape(B, N, 2 + Fdim, rows, cols)
+
+
+class RunningTile:
+    """The tile during rollout: starts empty, `place` adds one slice at a time. Batched over B."""
+
+    def __init__(self, eligible: torch.Tensor, n_slices: int, n_features: int, rows: int, cols: int):
+        B = eligible.shape[0]
+        self.rows, self.cols = rows, cols
+        self.fair = n_slices / eligible.sum(-1).clamp(min=1).float()  # [B]
+        self.occ = torch.zeros(B, rows * cols, device=eligible.device)
+        self.load = torch.zeros(B, rows * cols, n_features, device=eligible.device)
+        self.elig = eligible.float()
+
+    def tile(self) -> torch.Tensor:
+        """Current tile [B, 1, C, R, K]."""
+        B = self.occ.shape[0]
+        t = torch.cat([(self.occ / self.fair[:, None]).unsqueeze(-1), self.elig.unsqueeze(-1), self.load / self.fair[:, None, None]], dim=-1)
+        return t.permute(0, 2, 1).reshape(B, 1, -1, self.rows, self.cols)
+
+    def place(self, cells: torch.Tensor, feats: torch.Tensor) -> None:
+        """cells [B], feats [B, F]: the slice just placed."""
+        idx = torch.arange(cells.shape[0], device=cells.device)
+        self.occ[idx, cells] += 1
+        self.load[idx, cells] += feats
