@@ -75,17 +75,17 @@ def _check_table(t: pa.Table) -> list[str]:
 
 def resolve_machines(names: set[str], machines_dir: Path | None) -> dict[str, Machine]:
     """Descriptors by name: from `machines_dir/NAME.yaml` if given and present, else the sim pool."""
-    from pmoss.sim import list_machines, load_sim_machine
-
     out = {}
     for name in sorted(names):
         path = machines_dir / f"{name}.yaml" if machines_dir else None
         if path and path.is_file():
             out[name] = load_machine(path)
-        elif name in list_machines():
-            out[name] = load_sim_machine(name)
-        else:
+            continue
+        from pmoss.sim import list_machines, load_sim_machine
+
+        if name not in list_machines():
             raise ContractError(f"machine '{name}': no descriptor (pass --machines DIR holding {name}.yaml)")
+        out[name] = load_sim_machine(name)
     return out
 
 

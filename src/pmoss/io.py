@@ -41,8 +41,11 @@ def validate_model(cls: type[M], data: Any, source: str) -> M:
         return cls.model_validate(data)
     except pydantic.ValidationError as e:
         err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "<root>"
-        raise ContractError(f"{source}: field '{field}': {err['msg']}") from e
+        msg = err["msg"].removeprefix("Value error, ")
+        if not err["loc"]:  # model-level checks start their message with the field's name
+            raise ContractError(f"{source}: field '{msg.split(':', 1)[0]}':{msg.split(':', 1)[-1]}") from e
+        field = ".".join(str(p) for p in err["loc"])
+        raise ContractError(f"{source}: field '{field}': {msg}") from e
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -58,7 +58,7 @@ class Pool(BaseModel):
         bad = [k for k in self.mix if k not in ONE_CORE_KINDS or k == "learned"]
         if bad:
             raise ValueError(f"mix: '{bad[0]}' is not a generated one-core kind ({', '.join(ONE_CORE_KINDS[:-1])})")
-        if any(v < 0 for v in self.mix.values()) or abs(sum(self.mix.values()) - 1) > 1e-6:
+        if any(v < 0 for v in self.mix.values()) or abs(sum(self.mix.values()) - 1) > 0.005:
             raise ValueError(f"mix: fractions must be >= 0 and sum to 1, they sum to {sum(self.mix.values()):g}")
         bad = [k for k in self.shared_kinds if k not in SHARED_KINDS]
         if bad:
@@ -91,7 +91,8 @@ def load_pool(path: Path, **overrides: object) -> Pool:
 
 def kind_counts(mix: dict[str, float], n: int) -> dict[str, int]:
     """Split n episodes over kinds by largest remainder, so counts sum to n exactly."""
-    raw = {k: v * n for k, v in mix.items()}
+    total = sum(mix.values())  # the paper's rounded mix sums to 1.002
+    raw = {k: v / total * n for k, v in mix.items()}
     counts = {k: int(v) for k, v in raw.items()}
     for k in sorted(raw, key=lambda k: raw[k] - counts[k], reverse=True)[: n - sum(counts.values())]:
         counts[k] += 1

@@ -18,6 +18,7 @@ import typer
 
 from pmoss.bundle import BUNDLE_FILE, load_bundle
 from pmoss.errors import PmossError
+from pmoss.tracking import ensure_experiment, mlflow_client
 
 MODEL_NAMES = {"dt": "pmoss-dt", "bc": "pmoss-bc", "cql": "pmoss-cql"}
 app = typer.Typer(help="Register and list model versions (MLflow registry).", no_args_is_help=True)
@@ -25,16 +26,6 @@ app = typer.Typer(help="Register and list model versions (MLflow registry).", no
 
 class RegistryError(PmossError):
     pass
-
-
-def _mlflow():
-    import mlflow
-
-    from pmoss.train import default_tracking_uri
-
-    mlflow.set_tracking_uri(default_tracking_uri())
-    mlflow.set_registry_uri(default_tracking_uri())
-    return mlflow
 
 
 def file_md5(path: Path) -> str:
@@ -62,7 +53,7 @@ def _pyfunc_class():
 
 def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | None, alias: str = "candidate") -> int:
     """Log `model_dir/model.pt` as a new version of `name`, tag it, point `alias` at it; returns the version."""
-    mlflow = _mlflow()
+    mlflow = mlflow_client()
     bundle = load_bundle(model_dir)
     tags: dict[str, str] = {"git_commit": str(bundle.info.get("git_commit", "unknown")), "algo": str(bundle.info.get("algo", "dt")),
                             "model_config": json.dumps(asdict(bundle.config)), "source": "sim"}  # fmt: skip
@@ -72,8 +63,7 @@ def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | N
     eval_metrics = json.loads(Path(metrics).read_text()) if metrics else {}
     if eval_metrics:
         tags["eval_metrics"] = json.dumps(eval_metrics.get("geomean", {}))
-    mlflow.set_experiment("pmoss-registry")
-    with mlflow.start_run(run_name=f"register-{name}") as run:
+    with mlflow.start_run(experiment_id=ensure_experiment("pmoss-registry"), run_name=f"register-{name}") as run:
         mlflow.set_tags(tags)
         mlflow.log_dict(asdict(bundle.stats), "normalisation_stats.json")
         for m, vals in eval_metrics.get("geomean", {}).items():
@@ -90,7 +80,7 @@ def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | N
 
 def fetch(uri: str) -> Path:
     """Download a registered model (`models:/NAME@ALIAS` or `models:/NAME/VERSION`) and return its bundle path."""
-    mlflow = _mlflow()
+    mlflow = mlflow_client()
     try:
         local = Path(mlflow.artifacts.download_artifacts(uri))
     except mlflow.exceptions.MlflowException as e:
@@ -121,7 +111,7 @@ def register_command(
 @app.command("list")
 def list_command(name: Annotated[str, typer.Option(help="Registered model name.")] = "pmoss-dt") -> None:
     """List the versions of a registered model with their aliases."""
-    mlflow = _mlflow()
+    mlflow = mlflow_client()
     client = mlflow.MlflowClient()
     versions = client.search_model_versions(f"name='{name}'")
     if not versions:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pmoss.errors import ContractError
 from pmoss.machine import Machine
@@ -156,7 +157,7 @@ class Stats:
 
 
 def compute_stats(table: pa.Table, tile: tuple[int, int]) -> Stats:
-    train = table.filter(pa.compute.equal(table["split"], "train"))
+    train = table.filter(pc.equal(table["split"], "train"))
     if train.num_rows == 0:
         raise ContractError("tokens: the training split is empty; collect more episodes")
     n = int(train["n_slices"][0].as_py())

@@ -7,13 +7,13 @@ Pre-training starts from scratch ("base" model); fine-tuning passes `--init` ("a
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import numpy as np
+import pyarrow.compute as pc
 import torch
 import typer
 from pydantic import BaseModel, ConfigDict
@@ -24,6 +24,7 @@ from pmoss.io import load_model
 from pmoss.model import DTConfig
 from pmoss.state import eligibility, tile_cells
 from pmoss.tokens import Stats
+from pmoss.tracking import artifact_location, default_tracking_uri, ensure_experiment
 
 
 class TrainConfig(BaseModel):
@@ -42,10 +43,6 @@ class TrainConfig(BaseModel):
     num_workers: int = 0  # data loader processes
 
 
-def default_tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow/mlflow.db').resolve()}"
-
-
 # ---- data ------------------------------------------------------------------------------------------
 class EpisodeArrays(torch.utils.data.Dataset):
     """One split of a tokenised dataset as dense arrays; one item = one episode."""
@@ -54,7 +51,7 @@ class EpisodeArrays(torch.utils.data.Dataset):
         table, data_stats, machines = load_tokens(path)
         self.stats = stats or data_stats
         s = self.stats
-        t = table.filter(table["split"] == split) if split != "all" else table
+        t = table.filter(pc.equal(table["split"], split)) if split != "all" else table
         n, f = s.n_slices, len(s.feature_names)
         self.size = t.num_rows
         feats = np.stack(t["features"].to_numpy(zero_copy_only=False)).reshape(-1, n, f) if self.size else np.zeros((0, n, f))
@@ -175,7 +172,9 @@ def train(data: Path, output: Path, cfg: TrainConfig, init: Path | None = None, 
     learner = build_learner(model_cfg, cfg, base)
     dm = build_datamodule(data, cfg, stats if base is None else stats)
     ckpt_dir = output / "checkpoints"
-    logger = MLFlowLogger(experiment_name=experiment, tracking_uri=default_tracking_uri(), run_name=f"{algo}-{output.name}")
+    ensure_experiment(experiment)
+    logger = MLFlowLogger(experiment_name=experiment, tracking_uri=default_tracking_uri(), run_name=f"{algo}-{output.name}",
+                          artifact_location=artifact_location())  # fmt: skip
     trainer = L.Trainer(
         max_steps=cfg.max_steps, gradient_clip_val=cfg.grad_clip, logger=logger,
         precision="bf16-mixed" if torch.cuda.is_available() else "32-true",
