@@ -1,0 +1,3 @@
+from pmoss.cli import main
+
+main()
