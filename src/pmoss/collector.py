@@ -32,13 +32,14 @@ class _EventDesc(ctypes.Structure):
     _fields_ = [("feature", ctypes.c_char_p), ("source", ctypes.c_int), ("event", ctypes.c_char_p), ("raw_config", ctypes.c_uint64), ("note", ctypes.c_char_p)]
 
 
-class _PerfAttr(ctypes.Structure):
-    # Leading fields of struct perf_event_attr; the buffer is padded to the kernel's full size.
-    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64), ("sample", ctypes.c_uint64), ("sample_type", ctypes.c_uint64), ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64), ("wakeup", ctypes.c_uint32), ("bp_type", ctypes.c_uint32), ("config1", ctypes.c_uint64), ("config2", ctypes.c_uint64), ("_pad", ctypes.c_uint8 * 96)]
-
-
-class _UncoreEvent(ctypes.Structure):
-    _fields_ = [("pmu", ctypes.c_char * 64), ("feature", ctypes.c_int), ("scope_index", ctypes.c_int), ("cpu", ctypes.c_int), ("attr", _PerfAttr), ("bytes_per_count", ctypes.c_double), ("spec", ctypes.c_char * 256)]
+def _struct_types(attr_size: int) -> tuple[type[ctypes.Structure], type[ctypes.Structure]]:
+    """ctypes mirrors of struct perf_event_attr (leading fields, padded to the C size) and pm_uncore_event."""
+    lead = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64), ("sample", ctypes.c_uint64), ("sample_type", ctypes.c_uint64), ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64), ("wakeup", ctypes.c_uint32), ("bp_type", ctypes.c_uint32), ("config1", ctypes.c_uint64), ("config2", ctypes.c_uint64)]
+    pad = attr_size - 72  # bytes of the leading fields above
+    assert pad >= 0 and attr_size % 8 == 0, f"unexpected sizeof(struct perf_event_attr) = {attr_size}"
+    attr = type("_PerfAttr", (ctypes.Structure,), {"_fields_": [*lead, ("_pad", ctypes.c_uint8 * pad)]})
+    event = type("_UncoreEvent", (ctypes.Structure,), {"_fields_": [("pmu", ctypes.c_char * 64), ("feature", ctypes.c_int), ("scope_index", ctypes.c_int), ("cpu", ctypes.c_int), ("attr", attr), ("bytes_per_count", ctypes.c_double), ("spec", ctypes.c_char * 256)]})
+    return attr, event
 
 
 def library_candidates() -> list[Path]:
@@ -51,7 +52,7 @@ def load_library(path: Path | None = None) -> ctypes.CDLL:
     for p in [Path(path)] if path else library_candidates():
         if p.is_file():
             lib = ctypes.CDLL(str(p))
-            if hasattr(lib, "pm_event_describe"):
+            if hasattr(lib, "pm_event_describe") and hasattr(lib, "pm_perf_attr_size"):
                 return _declare(lib)
     raise PmossError(f"collector library not found (tried {', '.join(map(str, [path] if path else library_candidates()))}); build it with `make native`")
 
@@ -66,6 +67,11 @@ def build_library(build_dir: Path) -> Path:
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     P, I, U = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
+    _PerfAttr, _UncoreEvent = _struct_types(ctypes.c_size_t.in_dll(lib, "pm_perf_attr_size").value)
+    want = ctypes.c_size_t.in_dll(lib, "pm_uncore_event_size").value
+    if ctypes.sizeof(_UncoreEvent) != want:
+        raise PmossError(f"collector library layout mismatch: pm_uncore_event is {want} bytes, Python expects {ctypes.sizeof(_UncoreEvent)}; rebuild with `make native`")
+    lib.attr_t, lib.uncore_event_t = _PerfAttr, _UncoreEvent
     sigs: dict[str, tuple[Any, list[Any]]] = {
         "pm_event_describe": (I, [ctypes.c_char_p, I, ctypes.POINTER(_EventDesc)]),
         "pm_event_encode": (I, [ctypes.c_char_p, I, ctypes.POINTER(_PerfAttr), ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]),
@@ -90,8 +96,12 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def models(lib: ctypes.CDLL) -> list[str]:
-    names = (ctypes.c_char_p * 16).in_dll(lib, "pm_models")
-    return [n.decode() for n in names if n is not None][: list(names).index(None)]
+    """Model keys of the built-in tables (the NULL-terminated C array pm_models)."""
+    base = ctypes.addressof(ctypes.c_char_p.in_dll(lib, "pm_models"))
+    out: list[str] = []
+    while (name := ctypes.c_char_p.from_address(base + len(out) * ctypes.sizeof(ctypes.c_char_p)).value) is not None:
+        out.append(name.decode())
+    return out
 
 
 def detect_model(lib: ctypes.CDLL) -> str | None:
@@ -111,7 +121,7 @@ def event_table(lib: ctypes.CDLL, model: str) -> list[dict[str, Any]]:
         d = _EventDesc()
         if lib.pm_event_describe(model.encode(), f, ctypes.byref(d)) != 0:
             raise PmossError(f"unknown CPU model {model!r}; known: {', '.join(models(lib))}")
-        attr, pfm, msg = _PerfAttr(), ctypes.create_string_buffer(256), ctypes.create_string_buffer(256)
+        attr, pfm, msg = lib.attr_t(), ctypes.create_string_buffer(256), ctypes.create_string_buffer(256)
         rc = lib.pm_event_encode(model.encode(), f, ctypes.byref(attr), pfm, 256, msg, 256)
         row = {"feature": d.feature.decode(), "source": _SOURCES[d.source], "event": None, "type": None, "config": None, "config1": None, "config2": None, "note": d.note.decode() if d.note else None}
         if rc == 0:

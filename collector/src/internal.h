@@ -1,0 +1,48 @@
+/* Collector internals shared between its source files; not installed. */
+#ifndef PMOSS_COLLECTOR_INTERNAL_H
+#define PMOSS_COLLECTOR_INTERNAL_H
+
+/* perf_event_open, pid_t, MAP_ANONYMOUS...: include this header first. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "pmoss/collector.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Write a one-line message if the caller gave a buffer. */
+static inline void pm_msg(char *msg, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void pm_msg(char *msg, size_t len, const char *fmt, ...)
+{
+    if (!msg || !len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+}
+
+/* glibc has no wrapper; returns the fd or -errno. */
+static inline int pm_perf_event_open(struct perf_event_attr *attr, pid_t pid, int cpu, int group_fd,
+                                     unsigned long flags)
+{
+    long fd = syscall(SYS_perf_event_open, attr, pid, cpu, group_fd, flags);
+    return fd < 0 ? -errno : (int)fd;
+}
+
+/* libpfm4 initialised once per process: 0 or -EOPNOTSUPP. */
+int pm_pfm_ready(void);
+
+/* pm_ctab accessors for the Arrow export (ctab.c). */
+unsigned pm_ctab_n_slices(const pm_ctab *t);
+unsigned pm_ctab_n_values(const pm_ctab *t);
+const char *pm_ctab_name(const pm_ctab *t, unsigned v);
+int64_t pm_ctab_queries(const pm_ctab *t, unsigned slice);
+
+#endif

@@ -1,0 +1,348 @@
+/*
+ * Per-worker probe: perf_event groups on the calling thread, read at batch
+ * boundaries.
+ *
+ * Groups: one software group (task-clock leads page-faults and
+ * context-switches; the kernel always schedules software events) and
+ * hardware groups of at most PM_GROUP_HW events with at most one off-core
+ * response event each (those share one extra MSR per slot, so two in a group
+ * could never be scheduled together). A group's members are counted over
+ * exactly the same time, so ratios inside a group are exact even while the
+ * kernel multiplexes groups.
+ *
+ * Scaling: every read closes a window; a window's estimate is
+ * d_count * d_time_enabled / d_time_running of its group, and the probe
+ * returns the running sum of window estimates. Scaling per window (rather
+ * than count * enabled / running since open) keeps a batch's delta from being
+ * skewed by how the group was scheduled long before that batch.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* 4 general-purpose counters per hyper-thread on Intel; AMD has 6, Arm >= 6. */
+#define PM_GROUP_HW 4
+#define PM_GROUP_MAX 8 /* members of any group (software group has 3) */
+#define PM_MAX_GROUPS (1 + PM_N_CORE_FEATURES)
+
+typedef struct pm_group {
+    int n;
+    int fd[PM_GROUP_MAX];    /* fd[0] leads */
+    int value[PM_GROUP_MAX]; /* index into the probe's values */
+    struct perf_event_mmap_page *page[PM_GROUP_MAX]; /* NULL: no rdpmc */
+    int has_offcore;
+    uint64_t last_raw[PM_GROUP_MAX], last_enabled, last_running;
+    uint64_t raw_total[PM_GROUP_MAX], running_total;
+    double cum[PM_GROUP_MAX];
+} pm_group;
+
+typedef struct pm_probe_state {
+    int n_groups;
+    pm_group group[PM_MAX_GROUPS];
+    const char *mode;  /* "hardware" | "software" */
+    const char *model; /* NULL in software mode */
+    int use_rdpmc;
+    size_t page_size;
+    uint64_t rdpmc_reads, syscall_reads;
+} pm_probe_state;
+
+static void group_close(pm_group *g, size_t page_size)
+{
+    for (int i = 0; i < g->n; i++) {
+        if (g->page[i])
+            munmap(g->page[i], page_size);
+        if (g->fd[i] >= 0)
+            close(g->fd[i]);
+    }
+    g->n = 0;
+}
+
+/* Add one event to g; the first becomes the leader. Returns 0 or -errno. */
+static int group_add(pm_group *g, struct perf_event_attr *attr, int value, int want_mmap, size_t page_size)
+{
+    attr->read_format = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+    attr->disabled = 0;
+    attr->inherit = 0; /* per thread: a worker's counts are its own */
+    int fd = pm_perf_event_open(attr, 0, -1, g->n ? g->fd[0] : -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0)
+        return fd;
+    g->fd[g->n] = fd;
+    g->value[g->n] = value;
+    g->page[g->n] = NULL;
+    if (want_mmap) {
+        void *p = mmap(NULL, page_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED)
+            g->page[g->n] = p;
+    }
+    g->n++;
+    return 0;
+}
+
+static int open_software(pm_probe_state *s)
+{
+    static const struct { uint64_t config; const char *name; } SW[] = {
+        {PERF_COUNT_SW_TASK_CLOCK, "task_clock_ns"},
+        {PERF_COUNT_SW_PAGE_FAULTS, "page_faults"},
+        {PERF_COUNT_SW_CONTEXT_SWITCHES, "context_switches"},
+    };
+    pm_group *g = &s->group[s->n_groups];
+    memset(g, 0, sizeof(*g));
+    for (size_t i = 0; i < sizeof(SW) / sizeof(SW[0]); i++) {
+        struct perf_event_attr a;
+        memset(&a, 0, sizeof(a));
+        a.size = sizeof(a);
+        a.type = PERF_TYPE_SOFTWARE;
+        a.config = SW[i].config;
+        /* Page faults are taken in the kernel: count them there too
+         * (allowed for the own thread at perf_event_paranoid <= 2). */
+        int rc = group_add(g, &a, pm_feature_index(SW[i].name), 0, s->page_size);
+        if (rc < 0) {
+            group_close(g, s->page_size);
+            return rc;
+        }
+    }
+    s->n_groups++;
+    return 0;
+}
+
+/* Open every hardware feature the model has. An event this kernel rejects
+ * (-EINVAL/-ENOENT/-EOPNOTSUPP: e.g. an off-core event a hypervisor hides)
+ * just stays unavailable; opening none at all is -ENOENT (no usable PMU). */
+static int open_hardware(pm_probe_state *s, const char *model)
+{
+    pm_group *g = NULL;
+    int opened = 0;
+    for (int f = 0; f < PM_N_CORE_FEATURES; f++) {
+        pm_event_desc d;
+        pm_event_describe(model, f, &d);
+        if (d.source != PM_SRC_LIBPFM && d.source != PM_SRC_RAW)
+            continue;
+        struct perf_event_attr a;
+        int rc = pm_event_encode(model, f, &a, NULL, 0, NULL, 0);
+        if (rc < 0)
+            return rc;
+        int offcore = a.config1 != 0;
+        if (!g || g->n == PM_GROUP_HW || (offcore && g->has_offcore)) {
+            g = &s->group[s->n_groups];
+            memset(g, 0, sizeof(*g));
+        }
+        rc = group_add(g, &a, f, s->use_rdpmc, s->page_size);
+        if (rc == -EINVAL || rc == -ENOENT || rc == -EOPNOTSUPP)
+            continue;
+        if (rc < 0)
+            return rc;
+        if (g->n == 1)
+            s->n_groups++; /* a group exists once its leader is open */
+        g->has_offcore |= offcore;
+        opened++;
+    }
+    return opened ? 0 : -ENOENT;
+}
+
+static void probe_free(pm_probe_state *s)
+{
+    for (int i = 0; i < s->n_groups; i++)
+        group_close(&s->group[i], s->page_size);
+    free(s);
+}
+
+int pm_probe_open(void *ctx, int worker_cpu, void **state)
+{
+    static const pm_probe_config DEFAULT = {PM_MODE_AUTO, NULL, 0};
+    const pm_probe_config *cfg = ctx ? ctx : &DEFAULT;
+    if (!state || worker_cpu < -1 || cfg->mode < PM_MODE_AUTO || cfg->mode > PM_MODE_SOFTWARE)
+        return -EINVAL;
+    pm_probe_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->page_size = (size_t)sysconf(_SC_PAGESIZE);
+    s->use_rdpmc = !cfg->disable_rdpmc;
+    s->mode = "software";
+    int rc = 0;
+    if (cfg->mode != PM_MODE_SOFTWARE) {
+        const char *model = NULL;
+        rc = pm_model_detect(&model);
+        if (rc == 0 && cfg->model && strcmp(cfg->model, model) != 0)
+            rc = -EINVAL; /* counting another model's codes would be garbage */
+        if (rc == 0)
+            rc = open_hardware(s, model);
+        if (rc == 0) {
+            s->mode = "hardware";
+            s->model = model;
+        } else {
+            for (int i = 0; i < s->n_groups; i++)
+                group_close(&s->group[i], s->page_size);
+            s->n_groups = 0;
+            /* AUTO degrades to software only for "no usable PMU here"; a
+             * resource error (EMFILE...) must surface. */
+            int no_pmu = rc == -ENODEV || rc == -ENOENT || rc == -EOPNOTSUPP || rc == -EACCES ||
+                         rc == -EPERM;
+            if (cfg->mode == PM_MODE_HARDWARE || !no_pmu) {
+                free(s);
+                return rc;
+            }
+        }
+    }
+    rc = open_software(s);
+    if (rc < 0) {
+        probe_free(s);
+        return rc;
+    }
+    *state = s;
+    return 0;
+}
+
+void pm_probe_close(void *state)
+{
+    if (state)
+        probe_free(state);
+}
+
+const char *pm_probe_counter_mode(const void *state)
+{
+    return state ? ((const pm_probe_state *)state)->mode : "software";
+}
+
+const char *pm_probe_model(const void *state)
+{
+    return state ? ((const pm_probe_state *)state)->model : NULL;
+}
+
+void pm_probe_read_paths(const void *state, uint64_t *rdpmc_reads, uint64_t *syscall_reads)
+{
+    const pm_probe_state *s = state;
+    if (rdpmc_reads)
+        *rdpmc_reads = s ? s->rdpmc_reads : 0;
+    if (syscall_reads)
+        *syscall_reads = s ? s->syscall_reads : 0;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static inline uint64_t pm_rdpmc(uint32_t counter)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("rdpmc" : "=a"(lo), "=d"(hi) : "c"(counter));
+    return lo | ((uint64_t)hi << 32);
+}
+static inline uint64_t pm_rdtsc(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    return lo | ((uint64_t)hi << 32);
+}
+
+/* The self-monitoring sequence of linux/perf_event.h: count, enabled and
+ * running of one event without a syscall. Returns 0, or -EAGAIN when the
+ * event is not on a counter right now (multiplexed out) or rdpmc is off. */
+static int mmap_read(struct perf_event_mmap_page *pc, uint64_t *count, uint64_t *enabled, uint64_t *running)
+{
+    uint32_t seq, idx, width;
+    uint64_t cyc = 0, en, run, offset, time_offset = 0;
+    uint32_t time_mult = 0, time_shift = 0;
+    int user_time;
+    int64_t pmc;
+    do {
+        seq = pc->lock;
+        atomic_signal_fence(memory_order_seq_cst); /* the kernel's barrier() */
+        en = pc->time_enabled;
+        run = pc->time_running;
+        user_time = pc->cap_user_time;
+        if (user_time && en != run) {
+            cyc = pm_rdtsc();
+            time_offset = pc->time_offset;
+            time_mult = pc->time_mult;
+            time_shift = pc->time_shift;
+        }
+        idx = pc->index;
+        offset = pc->offset;
+        if (!pc->cap_user_rdpmc || idx == 0)
+            return -EAGAIN;
+        width = pc->pmc_width;
+        pmc = (int64_t)pm_rdpmc(idx - 1);
+        pmc <<= 64 - width; /* sign-extend the counter's width */
+        pmc >>= 64 - width;
+        atomic_signal_fence(memory_order_seq_cst);
+    } while (pc->lock != seq);
+    if (en != run) {
+        if (!user_time)
+            return -EAGAIN;
+        uint64_t quot = cyc >> time_shift, rem = cyc & (((uint64_t)1 << time_shift) - 1);
+        uint64_t delta = time_offset + quot * time_mult + ((rem * time_mult) >> time_shift);
+        en += delta;
+        run += delta; /* idx != 0: the event is running right now */
+    }
+    *count = offset + (uint64_t)pmc;
+    *enabled = en;
+    *running = run;
+    return 0;
+}
+#endif
+
+/* Raw cumulative counts and times of a group. Returns 0 or -EIO. */
+static int group_read_raw(pm_probe_state *s, pm_group *g, uint64_t *raw, uint64_t *enabled, uint64_t *running)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (s->use_rdpmc && g->page[0]) {
+        int ok = 1;
+        for (int i = 0; i < g->n && ok; i++) {
+            uint64_t en, run;
+            ok = g->page[i] && mmap_read(g->page[i], &raw[i], &en, &run) == 0;
+            if (ok && i == 0) {
+                *enabled = en;
+                *running = run;
+            }
+        }
+        if (ok) {
+            s->rdpmc_reads++;
+            return 0;
+        }
+    }
+#endif
+    uint64_t buf[3 + PM_GROUP_MAX];
+    ssize_t want = (ssize_t)((3 + g->n) * sizeof(uint64_t));
+    if (read(g->fd[0], buf, sizeof(buf)) < want || buf[0] != (uint64_t)g->n)
+        return -EIO;
+    *enabled = buf[1];
+    *running = buf[2];
+    for (int i = 0; i < g->n; i++)
+        raw[i] = buf[3 + i];
+    s->syscall_reads++;
+    return 0;
+}
+
+void pm_probe_read(void *state, uint64_t *values)
+{
+    pm_probe_state *s = state;
+    for (int i = 0; i < PM_PROBE_N_VALUES; i++)
+        values[i] = PM_VALUE_UNAVAILABLE;
+    if (!s)
+        return;
+    for (int gi = 0; gi < s->n_groups; gi++) {
+        pm_group *g = &s->group[gi];
+        uint64_t raw[PM_GROUP_MAX] = {0}, en = 0, run = 0;
+        if (group_read_raw(s, g, raw, &en, &run) != 0)
+            continue; /* values stay unavailable for this window */
+        uint64_t d_en = en - g->last_enabled, d_run = run - g->last_running;
+        g->running_total = run;
+        for (int i = 0; i < g->n; i++) {
+            uint64_t d_raw = raw[i] - g->last_raw[i];
+            if (d_run > 0)
+                g->cum[i] += (double)d_raw * ((double)d_en / (double)d_run);
+            else if (d_en > 0 && run > 0)
+                /* Not scheduled at all in this window: extrapolate the
+                 * group's overall rate over the window's enabled time. */
+                g->cum[i] += (double)d_en * ((double)raw[i] / (double)run);
+            g->last_raw[i] = raw[i];
+            if (run > 0)
+                values[g->value[i]] = (uint64_t)(g->cum[i] + 0.5);
+        }
+        g->last_enabled = en;
+        g->last_running = run;
+    }
+}
