@@ -59,12 +59,21 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
     snapshot = simulate(machine, get_workload(workload), cfg.dataset, running, seed=EVAL_SEED_BASE - 1, n_records=cfg.n_records, window_s=cfg.window_s)
     out = {kind: measure(machine, workload, generate(kind, machine, cfg.n_slices), cfg) for kind in cfg.baselines}  # type: ignore[arg-type]
     for name, bundle in bundles.items():
-        out[name] = measure(machine, workload, propose(bundle, machine, snapshot, target_factor=cfg.target_factor), cfg)
+        settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}  # a version may carry its own
+        out[name] = measure(machine, workload, propose(bundle, machine, snapshot, **settings), cfg)
     if cfg.oracle:
         from pmoss.sim import oracle
 
         out["oracle"] = measure(machine, workload, oracle(machine, get_workload(workload), cfg.dataset, cfg.n_slices, seed=0)[0], cfg)
     return out
+
+
+def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = True) -> dict[str, dict[str, float]]:
+    """Every machine x workload cell of `cfg`: throughput of each baseline and each bundle."""
+    from rich.progress import track
+
+    todo = [(m, w) for m in cfg.machines for w in cfg.workloads]
+    return {f"{m}|{w}": evaluate_cell(m, w, bundles, cfg) for m, w in track(todo, description="evaluate", disable=not progress)}
 
 
 def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines: list[str]) -> dict[str, Any]:
@@ -123,8 +132,6 @@ def evaluate_command(
     oracle: Annotated[Optional[bool], typer.Option("--oracle/--no-oracle", help="Also search an oracle schedule per cell.")] = None,
 ) -> None:
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
-    from rich.progress import track
-
     from pmoss.bundle import load_bundle
 
     cfg = load_model(EvalConfig, config)
@@ -135,8 +142,7 @@ def evaluate_command(
         if not sep:
             raise typer.BadParameter(f"--model '{spec}': expected NAME=PATH")
         bundles[name] = load_bundle(Path(path))
-    todo = [(m, w) for m in cfg.machines for w in cfg.workloads]
-    cells = {f"{m}|{w}": evaluate_cell(m, w, bundles, cfg) for m, w in track(todo, description="evaluate")}
+    cells = evaluate_cells(cfg, bundles)
     metrics = summarise(cells, list(bundles), cfg.baselines)
     atomic_write_text(output / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     atomic_write_text(output / "cells.json", json.dumps(cells, indent=1) + "\n")

@@ -1,0 +1,18 @@
+"""Simulated testbed: a machine model that stands in for the paper's servers (DESIGN §6).
+
+Every episode it writes says `source=sim`. Entry points:
+`simulate` / `simulate_batch` (raw snapshot rows), `throughput` (noise-free model),
+`oracle` (search over one-core schedules), `list_machines` / `load_sim_machine` (the pool),
+`fidelity_table` (the checks of docs/machine-model.md).
+"""
+
+from pmoss.sim.episode import SimInputError, simulate, simulate_batch, throughput, unavailable_features
+from pmoss.sim.fidelity import fidelity_checks, fidelity_table
+from pmoss.sim.oracle import oracle
+from pmoss.sim.pool import PAPER_MACHINES, UNSEEN_MACHINES, UnknownMachineError, list_machines, load_sim_machine
+
+__all__ = [
+    "PAPER_MACHINES", "UNSEEN_MACHINES", "SimInputError", "UnknownMachineError",
+    "fidelity_checks", "fidelity_table", "list_machines", "load_sim_machine", "oracle",
+    "simulate", "simulate_batch", "throughput", "unavailable_features",
+]  # fmt: skip

@@ -1,0 +1,170 @@
+"""Array views of a machine descriptor for the model, plus the few microarchitectural constants
+a descriptor does not carry (IPC, cache latencies in cycles, SMT contention).
+
+Constants are per vendor with overrides by CPU model; docs/machine-model.md §4 lists them with
+their sources and how to argue with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+
+from pmoss.machine import Machine
+from pmoss.sim.profile import NODE_BYTES
+
+
+@dataclass(frozen=True)
+class Uarch:
+    ipc: float  # instructions per cycle of index code when no load is outstanding
+    l2_cycles: float  # load-to-use latency of an L2 hit
+    l3_cycles: float  # ... of an L3 hit in the core's own L3 domain
+    l4_ns: float  # POWER8 Centaur L4 hit (unused without an L4)
+    smt_beta_compute: float  # slowdown of a thread's compute per busy sibling thread
+    smt_beta_memory: float  # ... of its memory stalls (overlap well across threads)
+    stream_mlp: float  # lines in flight for a sequential leaf scan (hardware prefetch)
+    tlb_entries: int  # second-level DTLB entries (4 KiB pages)
+
+
+# Sources: Agner Fog's microarchitecture tables, Chips and Cheese (Zen 3, Skylake-SP, Neoverse V2,
+# POWER8 articles), vendor optimisation guides. SMT betas: IBM/Intel SMT throughput reports.
+UARCH = {
+    "amd": Uarch(ipc=2.4, l2_cycles=14, l3_cycles=46, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=2048),
+    "intel": Uarch(ipc=2.2, l2_cycles=14, l3_cycles=70, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=1536),
+    "arm": Uarch(ipc=2.6, l2_cycles=12, l3_cycles=75, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=10, tlb_entries=2048),
+    "ibm": Uarch(ipc=1.8, l2_cycles=13, l3_cycles=27, l4_ns=55, smt_beta_compute=0.25, smt_beta_memory=0.08, stream_mlp=8, tlb_entries=2048),
+    "other": Uarch(ipc=2.0, l2_cycles=14, l3_cycles=50, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=1536),
+}
+UARCH_BY_MODEL = {  # substring of Machine.model -> override
+    "E5-46": Uarch(ipc=1.8, l2_cycles=12, l3_cycles=31, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=6, tlb_entries=512),
+}
+
+
+def uarch_for(machine: Machine) -> Uarch:
+    for key, u in UARCH_BY_MODEL.items():
+        if key in machine.model:
+            return u
+    return UARCH[machine.vendor]
+
+
+@dataclass(frozen=True)
+class HW:
+    """The descriptor as arrays. W workers (tile order), M nodes, C physical cores, D L3 domains."""
+
+    machine: Machine
+    uarch: Uarch
+    worker_node: np.ndarray  # [W]
+    worker_domain: np.ndarray  # [W] dense L3 domain index
+    worker_core: np.ndarray  # [W] dense physical core index
+    cpu_to_worker: np.ndarray  # [max cpu id + 1] worker index of each CPU id, -1 if reserved
+    workers_per_node: np.ndarray  # [M]
+    domains_per_node: np.ndarray  # [M] L3 domains holding workers
+    dist_ns: np.ndarray  # [M, M] core node x memory node
+    c2c_ns: np.ndarray  # [M, M] cache-to-cache transfer between L3 domains on these nodes
+    bw_bytes: np.ndarray  # [M] bytes/s
+    route: np.ndarray  # [M, M, 2L] share of traffic from node i to node j on each directed link
+    link_bytes: np.ndarray  # [2L] bytes/s per direction
+    l2_nodes: float  # cache capacities in 4 KiB tree nodes
+    l3_nodes: float
+    l4_nodes: float  # per node, 0 without an L4
+
+    @property
+    def n_workers(self) -> int:
+        return self.worker_node.size
+
+    @property
+    def n_nodes(self) -> int:
+        return self.dist_ns.shape[0]
+
+    @property
+    def n_cores(self) -> int:
+        return int(self.worker_core.max()) + 1
+
+    @property
+    def n_domains(self) -> int:
+        return int(self.worker_domain.max()) + 1
+
+    @property
+    def l2_ns(self) -> float:
+        return self.uarch.l2_cycles / self.machine.freq_ghz
+
+    @property
+    def l3_ns(self) -> float:
+        return self.uarch.l3_cycles / self.machine.freq_ghz
+
+
+C2C_FACTOR = 0.8  # a dirty line from another L3 domain costs ~0.8x a memory access at that distance
+
+
+_CACHE: dict[int, tuple[Machine, HW]] = {}
+
+
+def hw_for(machine: Machine) -> HW:
+    """Cached per descriptor object (descriptors are treated as read-only once loaded)."""
+    hit = _CACHE.get(id(machine))
+    if hit is None or hit[0] is not machine:
+        if len(_CACHE) > 64:
+            _CACHE.clear()
+        hit = _CACHE[id(machine)] = (machine, _build(machine))
+    return hit[1]
+
+
+def _dense(values: list[int]) -> np.ndarray:
+    _, inv = np.unique(np.array(values), return_inverse=True)
+    return inv.astype(np.int64)
+
+
+def _build(m: Machine) -> HW:
+    cpus = [m.cpu_by_id[c] for c in m.worker_cpus]
+    node = np.array([c.node for c in cpus])
+    domain, core = _dense([c.l3_domain for c in cpus]), _dense([c.core for c in cpus])
+    dom_per_node = np.array([len({int(d) for d in domain[node == n]}) for n in range(m.numa_nodes)])
+    dist = np.array(m.distance_ns(), dtype=np.float64)
+    route, link_bytes = _routes(m)
+    cpu_to_worker = np.full(max(c.cpu for c in m.cpus) + 1, -1, dtype=np.int64)
+    cpu_to_worker[m.worker_cpus] = np.arange(len(m.worker_cpus))
+    l4 = (m.caches.l4_mib or 0.0) * 2**20 / NODE_BYTES
+    return HW(
+        machine=m, uarch=uarch_for(m), worker_node=node, worker_domain=domain, worker_core=core, cpu_to_worker=cpu_to_worker,
+        workers_per_node=np.bincount(node, minlength=m.numa_nodes), domains_per_node=dom_per_node,
+        dist_ns=dist, c2c_ns=C2C_FACTOR * dist, bw_bytes=np.array(m.mem_bandwidth_gbps) * 1e9,
+        route=route, link_bytes=link_bytes, l2_nodes=m.caches.l2_kib * 1024 / NODE_BYTES,
+        l3_nodes=m.caches.l3_mib * 2**20 / NODE_BYTES, l4_nodes=l4,
+    )  # fmt: skip
+
+
+def _routes(m: Machine) -> tuple[np.ndarray, np.ndarray]:
+    """Traffic between sockets follows every shortest path over the links, split evenly among
+    paths and among parallel links. Returns route [M, M, 2L] (node pairs) and capacity [2L]."""
+    n_links = len(m.links)
+    sock_route = np.zeros((m.sockets, m.sockets, 2 * n_links))
+    for a in range(m.sockets):
+        for b in range(m.sockets):
+            paths = _shortest_paths(m, a, b) if a != b else []
+            for path in paths:
+                for u, v in pairwise(path):
+                    hop = [i for i, l in enumerate(m.links) if {l.a, l.b} == {u, v}]
+                    for i in hop:
+                        d = 2 * i if m.links[i].a == u else 2 * i + 1
+                        sock_route[a, b, d] += 1.0 / (len(paths) * len(hop))
+    node_socket = np.zeros(m.numa_nodes, dtype=np.int64)
+    for c in m.cpus:
+        node_socket[c.node] = c.socket
+    route = sock_route[node_socket][:, node_socket]  # [M, M, 2L]
+    caps = np.repeat([l.gbps * 1e9 for l in m.links], 2) if n_links else np.zeros(0)
+    return route, caps
+
+
+def _shortest_paths(m: Machine, a: int, b: int) -> list[list[int]]:
+    adj = {s: sorted({l.b for l in m.links if l.a == s} | {l.a for l in m.links if l.b == s}) for s in range(m.sockets)}
+    frontier, seen = [[a]], {a}
+    while frontier:
+        done = [p for p in frontier if p[-1] == b]
+        if done:
+            return done
+        nxt = [p + [v] for p in frontier for v in adj[p[-1]] if v not in seen]
+        seen |= {p[-1] for p in nxt}
+        frontier = nxt
+    return []  # unconnected sockets: traffic is not charged to any link

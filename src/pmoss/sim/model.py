@@ -1,0 +1,274 @@
+"""The performance model: cache hit rates, memory latency under load, throughput (batched).
+
+Given per-slice demand (profile.py), a machine (hardware.py) and placements (placement.py), it
+solves, for B episodes at once, the throughput X at which the busiest worker thread (or router,
+memory channel, link) is just saturated, with memory latency depending on X through queueing.
+Every equation is in docs/machine-model.md (section numbers in the comments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pmoss.sim.caches import LINE, Objects, hit_rates, tree_objects
+from pmoss.sim.hardware import HW
+from pmoss.sim.placement import Placement
+from pmoss.sim.profile import SliceProfile
+
+SCAN_LINES_PER_KEY = 16 / LINE  # a scan streams key+value pairs
+INSERT_SHIFT_LINES = 0.5 * 176 * 16 / LINE  # an insert shifts half a leaf on average
+NODE_LINES = 4096 / LINE
+SPLIT_EVERY = 255 - 176  # inserts between splits of a leaf at steady fill
+# instructions per query (§6): dispatch, per inner / leaf visit, per operation extra
+INSN_DISPATCH, INSN_INNER, INSN_LEAF = 120.0, 55.0, 70.0
+INSN_UPDATE, INSN_INSERT, INSN_SCAN_KEY, INSN_SHARED_QUEUE = 40.0, 250.0 + 300.0 / SPLIT_EVERY, 10.0, 40.0
+ROUTE_NS = 5.0  # router time per query (batched: hash, find slice, enqueue), one router per node (§8)
+HANDOFF_LINES = 0.25  # queue-entry lines a worker pulls from its router per query (16 B entries)
+QUEUE_C = 0.5  # loaded-latency curve: q(rho) = 1 + QUEUE_C rho^2 / (1 - rho) (§7)
+RHO_MAX = 0.995
+BRACKET = 256.0  # the root lies in [idle bound / BRACKET, idle bound]
+ROOT_STEPS = 9  # Illinois steps: |X - X*| / X* < 1e-6 against a 50-step bisection (all machines, kinds)
+SMT_PASSES = 2
+
+
+@dataclass
+class Demand:
+    """Per query of each slice [B, N] (times in ns, traffic in 64-byte lines)."""
+
+    insn: np.ndarray
+    comp_ns: np.ndarray  # issue time without stalls (L1 hits included)
+    fixed_ns: np.ndarray  # stalls that do not depend on load: L2/L3/L4 hits, hand-off, coherence
+    mem_dep: np.ndarray  # lines paying the loaded DRAM latency (dependent misses + scan lines / MLP)
+    read_lines: np.ndarray  # lines read from memory (DRAM, or an L4 in front of it)
+    wb_lines: np.ndarray  # dirty lines written back to memory
+    lines: np.ndarray  # all lines touched
+    l1_miss_lines: np.ndarray
+    l3_miss_lines: np.ndarray  # dependent and streamed lines that leave the L3
+    c2c_lines: np.ndarray  # coherence transfers from another L3 domain
+    write_lines: np.ndarray
+    write_miss_lines: np.ndarray  # writes whose line is not in the L3
+    tlb_misses: np.ndarray
+    l4_share: np.ndarray  # share of memory reads an L4 serves (POWER8), not DRAM
+    node_visits: np.ndarray  # [N] tree nodes visited per query
+
+
+def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray]) -> Demand:
+    """Per-query work of every slice from the hit rates (§6)."""
+    obj = tree_objects(prof)
+    _, update, insert, scan = prof.op_frac  # each [N]
+    vl = obj.visits * obj.lines  # [N, C] lines touched per query, per class
+    leaf_vl = vl * obj.is_leaf
+    dot = lambda h, w: np.einsum("bnc,nc->bn", h, w)  # [B, N]
+    S1, S2, S3 = (dot(hits[k], vl) for k in ("h1", "h2", "h3"))  # lines hitting L1 / L2 / L3
+    L1, L2, L3 = (dot(hits[k], leaf_vl) for k in ("h1", "h2", "h3"))  # ... of them in leaves
+    total, leaf_total = vl.sum(1), leaf_vl.sum(1)  # [N]
+    leaf_miss = np.clip(1 - L3 / np.maximum(leaf_total, 1e-12), 0.0, 1.0)  # [B, N]
+    l2, l3, c2c = _coherence(pl, update + insert, (S1, S2, S3), (L1, L2, L3))
+    miss = _pos(total - S3)  # [B, N] dependent lines leaving the L3
+    stream = scan * prof.scan_keys * SCAN_LINES_PER_KEY  # [N] prefetched lines of a scan
+    writes = update + insert * (INSERT_SHIFT_LINES + NODE_LINES / SPLIT_EVERY)  # [N]
+    mem_lines = miss + stream * leaf_miss
+    l4 = dot(hits["h4"] * (1 - hits["h3"]), vl) / np.maximum(miss, 1e-12) if hw.l4_nodes > 0 else np.zeros_like(miss)
+    dep = miss + stream * leaf_miss / hw.uarch.stream_mlp  # latency-paying lines
+    c2c_ns = ((pl.E @ hw.c2c_ns) * pl.E).sum(2)  # [B, N] mean transfer within the group
+    handoff = HANDOFF_LINES * pl.E @ hw.c2c_ns.mean(0) + pl.shared * c2c_ns  # router + shared queue
+    fixed = (l2 * hw.l2_ns + l3 * hw.l3_ns + c2c * c2c_ns + stream * (1 - leaf_miss) * hw.l3_ns / hw.uarch.stream_mlp
+             + handoff + dep * l4 * hw.uarch.l4_ns)  # fmt: skip
+    insn = _instructions(prof, obj, pl)
+    shape = mem_lines.shape
+    return Demand(
+        insn=insn, comp_ns=insn / (hw.uarch.ipc * hw.machine.freq_ghz), fixed_ns=fixed, mem_dep=dep * (1 - l4),
+        read_lines=mem_lines, wb_lines=writes * leaf_miss, lines=np.broadcast_to(total + stream, shape),
+        l1_miss_lines=_pos(total - S1) + stream, l3_miss_lines=mem_lines, c2c_lines=c2c,
+        write_lines=np.broadcast_to(writes, shape), write_miss_lines=writes * leaf_miss,
+        tlb_misses=_tlb_misses(hw, obj, hits["h2"], hits["h3"]), l4_share=l4, node_visits=obj.visits.sum(1),
+    )  # fmt: skip
+
+
+def _pos(v: np.ndarray) -> np.ndarray:
+    return np.maximum(v, 0.0)  # differences of hit sums: clip float round-off below 0
+
+
+def _coherence(pl: Placement, wfrac: np.ndarray, hits: tuple, leaf_hits: tuple) -> tuple[np.ndarray, ...]:
+    """L2-hit, L3-hit and cache-to-cache lines per query [B, N] once writes by other threads of a
+    shared group invalidate copies: lost L2 copies refill from the L3 (the group's other threads),
+    lost L3 copies come from another domain, plus the lock and RFO lines of each write (§6).
+    hits / leaf_hits: lines hitting L1, L2, L3 (all classes / leaves only)."""
+    (S1, S2, S3), (L1, L2, L3) = hits, leaf_hits
+    l2_lost = wfrac * (1 - 1 / _threads_per_slice(pl)) * (L2 - L1)
+    l3_lost = wfrac * (1 - 1 / pl.span)
+    l2 = _pos(S2 - S1 - l2_lost)
+    l3 = _pos(S3 - S2 + l2_lost - l3_lost * (L3 - L1))
+    return l2, l3, l3_lost * (_pos(L3 - L1) + 2)
+
+
+def _threads_per_slice(pl: Placement) -> np.ndarray:
+    """[B, N] threads sharing the execution of each slice."""
+    B, W = pl.thread_group.shape
+    tkey = pl.thread_group + W * np.arange(B)[:, None]
+    n = np.bincount(tkey.ravel(), minlength=B * W)
+    return n[pl.exec_group + W * np.arange(B)[:, None]]
+
+
+def _instructions(prof: SliceProfile, obj: Objects, pl: Placement) -> np.ndarray:
+    _, update, insert, scan = prof.op_frac
+    leaf = (obj.visits * obj.is_leaf).sum(1)  # [N]
+    inner = (obj.visits * ~obj.is_leaf).sum(1)
+    per_slice = (INSN_DISPATCH + INSN_INNER * inner + INSN_LEAF * leaf + INSN_UPDATE * update
+                 + INSN_INSERT * insert + INSN_SCAN_KEY * prof.scan_keys * scan)  # fmt: skip
+    return per_slice[None, :] + INSN_SHARED_QUEUE * pl.shared
+
+
+def _tlb_misses(hw: HW, obj: Objects, h2: np.ndarray, h3: np.ndarray) -> np.ndarray:
+    """Nodes are 4 KiB pages, so a DTLB covering t pages behaves like a cache of t nodes; its hit
+    rate is interpolated between the L2's and the L3's in log capacity (§4)."""
+    frac = np.clip(np.log(hw.uarch.tlb_entries / hw.l2_nodes) / np.log(hw.l3_nodes / hw.l2_nodes), 0, 1)
+    hits = (1 - frac) * np.einsum("bnc,nc->bn", h2, obj.visits) + frac * np.einsum("bnc,nc->bn", h3, obj.visits)
+    return np.maximum(obj.visits.sum(1) - hits, 0.0)
+
+
+@dataclass
+class Solution:
+    """The fixed point for B episodes. Traffic is per query of the whole workload."""
+
+    X: np.ndarray  # [B] throughput, queries/s
+    t_ns: np.ndarray  # [B, N] worker time per query of the slice
+    mem_ns: np.ndarray  # [B, N] loaded DRAM latency of one line of the slice
+    thread_util: np.ndarray  # [B, W]
+    rho_mem: np.ndarray  # [B, M] memory channel utilisation per node
+    rho_link: np.ndarray  # [B, 2L] per directed link
+    node_read_bytes: np.ndarray  # [B, M]
+    node_write_bytes: np.ndarray  # [B, M]
+    link_bytes: np.ndarray  # [B, 2L]
+    local_share: np.ndarray  # [B, N] share of the slice's memory lines on the executing node
+    smt_slowdown: np.ndarray  # [B, N] how much sibling threads stretch the slice's queries
+    bound: np.ndarray  # [B] what saturates: 0 a worker thread, 1 the routers, 2 memory or a link
+
+
+def queue_factor(rho: np.ndarray) -> np.ndarray:
+    """Loaded latency over idle latency for a resource at utilisation rho (§7)."""
+    rho = np.minimum(rho, RHO_MAX)
+    return 1 + QUEUE_C * rho**2 / (1 - rho)
+
+
+class _Loads:
+    """Everything the fixed point needs that does not depend on X (§7, §10)."""
+
+    def __init__(self, hw: HW, prof: SliceProfile, pl: Placement, d: Demand):
+        B, W = pl.thread_group.shape
+        M = hw.n_nodes
+        p = prof.share[None, :, None]  # [1, N, 1]
+        rd = (p * d.read_lines[..., None] * LINE * pl.E).transpose(0, 2, 1) @ pl.P  # [B, Mcore, Mmem]
+        wr = (p * d.wb_lines[..., None] * LINE * pl.E).transpose(0, 2, 1) @ pl.P
+        self.node_read, self.node_write = rd.sum(1), wr.sum(1)  # [B, M]
+        flow = rd.transpose(0, 2, 1) + wr  # [B, from, to]: reads flow memory -> core
+        self.link = np.einsum("bij,ijd->bd", flow, hw.route)  # [B, 2L]
+        self.on_route = hw.route.transpose(1, 0, 2) > 0  # [Mcore, Mmem, 2L]: path of a read
+        self.local = np.einsum("bnm,bnm->bn", pl.E, pl.P)  # [B, N]
+        key = pl.exec_group + W * np.arange(B)[:, None]  # [B, N] group of each slice
+        self.tkey = (pl.thread_group + W * np.arange(B)[:, None]).ravel()  # [B*W]
+        n_threads = np.bincount(self.tkey, minlength=B * W)[self.tkey].reshape(B, W)
+        per_thread = lambda v: np.bincount(key.ravel(), (prof.share * v).ravel(), B * W)[self.tkey].reshape(B, W) / n_threads
+        self.comp, self.fixed = per_thread(d.comp_ns), per_thread(d.fixed_ns)  # [B, W] ns per query
+        # memory-latency weight per thread and (core node, memory node) pair: [B, W, M*M]
+        ep = (prof.share[None, :, None, None] * d.mem_dep[..., None, None] * pl.E[..., :, None] * pl.P[..., None, :])
+        ekey = (key[..., None] * M * M + np.arange(M * M)).ravel()
+        self.mem_w = np.bincount(ekey, ep.ravel(), B * W * M * M).reshape(B * W, M * M)[self.tkey].reshape(B, W, M * M)
+        self.mem_w /= n_threads[..., None]
+
+
+def loaded_latency(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """DRAM latency [B, Mcore, Mmem] at throughputs X [B], with memory and link utilisation."""
+    rho_mem = X[:, None] * (ld.node_read + ld.node_write) / hw.bw_bytes  # [B, M]
+    if hw.link_bytes.size:
+        rho_link = X[:, None] * ld.link / hw.link_bytes  # [B, 2L]
+        worst = (rho_link[:, None, None, :] * ld.on_route).max(-1)  # [B, Mcore, Mmem]
+    else:
+        rho_link, worst = np.zeros((X.size, 0)), np.zeros((X.size, 1, 1))
+    hop = hw.dist_ns - np.diag(hw.dist_ns)[None, :]  # extra latency of a remote path
+    lat = hw.dist_ns * queue_factor(rho_mem)[:, None, :] + hop * (queue_factor(worst) - 1)
+    return lat, rho_mem, rho_link
+
+
+def thread_util(hw: HW, ld: _Loads, lat: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """Utilisation of every worker thread [B, W] at X, SMT contention included (§9).
+
+    A group's work is spread evenly over its threads; a busy sibling slows a thread's compute by
+    beta_c and its stalls by beta_m, times the sibling's utilisation."""
+    B, W = ld.comp.shape
+    stall = ld.fixed + (ld.mem_w @ lat.reshape(B, -1, 1))[..., 0]  # [B, W] ns per workload query
+    c, m = ld.comp * X[:, None] * 1e-9, stall * X[:, None] * 1e-9
+    u = c + m
+    ckey = (hw.worker_core[None, :] + hw.n_cores * np.arange(B)[:, None]).ravel()
+    for _ in range(SMT_PASSES):
+        busy = np.minimum(u, 1.0)
+        siblings = np.bincount(ckey, busy.ravel(), B * hw.n_cores)[ckey].reshape(B, W) - busy
+        u = c * (1 + hw.uarch.smt_beta_compute * siblings) + m * (1 + hw.uarch.smt_beta_memory * siblings)
+    return u
+
+
+def _pressure(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Max utilisation over threads, routers and memory/links at X [B] -> ([B], which)."""
+    lat, rho_mem, rho_link = loaded_latency(hw, ld, X)
+    thread = thread_util(hw, ld, lat, X).max(1)
+    router = X * ROUTE_NS * 1e-9 / hw.n_nodes
+    channel = np.maximum(rho_mem.max(1), rho_link.max(1, initial=0.0)) / RHO_MAX
+    stack = np.stack([thread, router, channel])  # [3, B]
+    return stack.max(0), stack.argmax(0)
+
+
+def solve(hw: HW, prof: SliceProfile, pl: Placement) -> tuple[Solution, Demand]:
+    """Largest X with every resource at utilisation <= 1 (§10)."""
+    d = demand(hw, prof, pl, hit_rates(hw, prof, pl))
+    ld = _Loads(hw, prof, pl, d)
+    return _solution(hw, pl, d, ld, largest_feasible(hw, ld)), d
+
+
+def largest_feasible(hw: HW, ld: _Loads) -> np.ndarray:
+    """Root of log pressure(X) = 0 by the Illinois variant of regula falsi on log X [B].
+
+    pressure(X) ~ X * (slowly rising cost), so log pressure is nearly linear in log X and a few
+    steps suffice; the bracket's feasible end is returned, so utilisation never exceeds 1."""
+    f = lambda u: np.log(_pressure(hw, ld, np.exp(u))[0])
+    b = -np.log(np.maximum(_pressure(hw, ld, np.ones(ld.comp.shape[0]))[0], 1e-30))  # SMT/queueing only slow
+    fb = np.maximum(f(b), 0.0)
+    a = b - np.log(BRACKET)
+    fa = f(a)
+    while np.any(fa > 0):  # not feasible even at 1/BRACKET of the idle bound: widen
+        a, fa = np.where(fa > 0, a - np.log(BRACKET), a), np.where(fa > 0, f(a - np.log(BRACKET)), fa)
+    side = np.zeros(a.shape)  # +1: last step moved a, -1: moved b (for the Illinois halving)
+    for _ in range(ROOT_STEPS):
+        c = np.where(fb - fa > 1e-15, (a * fb - b * fa) / np.maximum(fb - fa, 1e-15), (a + b) / 2)
+        fc = f(c)
+        left = fc <= 0
+        fb = np.where(left & (side > 0), fb / 2, fb)  # a moved twice in a row: halve f(b)
+        fa = np.where(~left & (side < 0), fa / 2, fa)
+        a, fa = np.where(left, c, a), np.where(left, fc, fa)
+        b, fb = np.where(left, b, c), np.where(left, fb, fc)
+        side = np.where(left, 1.0, -1.0)
+    return np.exp(a)
+
+
+def _solution(hw: HW, pl: Placement, d: Demand, ld: _Loads, X: np.ndarray) -> Solution:
+    _, bound = _pressure(hw, ld, X)
+    lat, rho_mem, rho_link = loaded_latency(hw, ld, X)
+    mem_ns = np.einsum("bnm,bmk,bnk->bn", pl.E, lat, pl.P)  # [B, N]
+    util = thread_util(hw, ld, lat, X)
+    base = (ld.comp + ld.fixed + (ld.mem_w @ lat.reshape(X.size, -1, 1))[..., 0]) * X[:, None] * 1e-9
+    return Solution(
+        X=X, t_ns=d.comp_ns + d.fixed_ns + d.mem_dep * mem_ns, mem_ns=mem_ns, thread_util=util,
+        rho_mem=rho_mem, rho_link=rho_link, node_read_bytes=ld.node_read, node_write_bytes=ld.node_write,
+        link_bytes=ld.link, local_share=ld.local, smt_slowdown=_group_mean(pl, util / np.maximum(base, 1e-300), base > 0),
+        bound=bound,
+    )  # fmt: skip
+
+
+def _group_mean(pl: Placement, per_thread: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Mean of a per-thread value [B, W] over each slice's execution group -> [B, N]."""
+    B, W = per_thread.shape
+    tkey = (pl.thread_group + W * np.arange(B)[:, None]).ravel()
+    total = np.bincount(tkey, np.where(valid, per_thread, 0).ravel(), B * W)
+    n = np.maximum(np.bincount(tkey, valid.ravel().astype(float), B * W), 1)
+    return np.maximum((total / n)[pl.exec_group + W * np.arange(B)[:, None]], 1.0)

@@ -1,0 +1,192 @@
+"""What the workload asks of each slice: B+-tree geometry, per-slice access shares, key ranges.
+
+Everything here depends only on (workload, dataset, n_records, n_slices), never on the schedule,
+so it is computed once and cached. Equations and assumptions: docs/machine-model.md §2-§3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from pmoss.workload import Workload
+
+LEAF_CAPACITY = 255  # entries per leaf (DESIGN §5)
+INNER_CAPACITY = 255  # a 4 KiB inner node: 8-byte keys + 8-byte child pointers
+FILL = 0.69  # steady-state fill of a B+-tree built by random inserts (Yao's ln 2)
+NODE_BYTES = 4096
+ENTRY_BYTES = 16  # 64-bit key + 64-bit value
+TOP_RANKS = 1 << 18
+YCSB_ITEM_COUNT = 10_000_000_000  # ScrambledZipfianGenerator.ITEM_COUNT  # Zipf ranks placed exactly; the remaining tail mass is spread evenly
+OPS = ("read", "update", "insert", "scan")
+N_LEAF_CLASSES = 8  # popularity classes of leaves per slice: sizes 1, 1, 2, 4, ..., rest
+
+
+@dataclass(frozen=True)
+class Geometry:
+    n_records: int
+    leaf_entries: float  # mean entries per leaf
+    fanout: float  # mean children per inner node
+    level_nodes: tuple[int, ...]  # node count per level, leaves first, root (1) last
+
+    @property
+    def height(self) -> int:
+        return len(self.level_nodes)
+
+
+def geometry(n_records: int) -> Geometry:
+    leaf_entries, fanout = LEAF_CAPACITY * FILL, INNER_CAPACITY * FILL
+    levels = [max(1, int(np.ceil(n_records / leaf_entries)))]
+    while levels[-1] > 1:
+        levels.append(max(1, int(np.ceil(levels[-1] / fanout))))
+    return Geometry(n_records, leaf_entries, fanout, tuple(levels))
+
+
+@dataclass(frozen=True)
+class SliceProfile:
+    """Per-slice demand, independent of the schedule. Shares are of all queries (sum to 1)."""
+
+    geometry: Geometry
+    op_share: np.ndarray  # [4, N] share of all queries that are op o on slice s (OPS order)
+    leaf_count: np.ndarray  # [N, K] leaves per popularity class
+    leaf_visits: np.ndarray  # [N, K] visits per query of the slice to ONE leaf of the class
+    inner_private: np.ndarray  # [N] level-1 inner nodes per slice (each visited 1/n per query)
+    shared_levels: tuple[np.ndarray, ...]  # per upper level: [N] node id above each slice
+    scan_keys: float  # mean keys read by a scan
+
+    @property
+    def share(self) -> np.ndarray:  # [N]
+        return self.op_share.sum(0)
+
+    @property
+    def op_frac(self) -> np.ndarray:  # [4, N] op mix within each slice
+        return self.op_share / np.maximum(self.share, 1e-300)
+
+
+def fnv64(x: np.ndarray) -> np.ndarray:
+    """YCSB's Utils.fnvhash64: FNV-1a over the 8 bytes of a long (low byte first), then abs()."""
+    h = np.full(x.shape, 0xCBF29CE484222325, dtype=np.uint64)
+    x = x.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for i in range(8):
+            h ^= (x >> np.uint64(8 * i)) & np.uint64(0xFF)
+            h *= np.uint64(0x100000001B3)
+    return np.abs(h.view(np.int64)).view(np.uint64)  # Math.abs(Long.MIN_VALUE) stays negative: 1 in 2^64
+
+
+def zipf_head(n: int, theta: float) -> tuple[np.ndarray, float]:
+    """Probabilities of ranks 0..min(n, TOP_RANKS)-1 and the mass of the remaining tail."""
+    m = min(n, TOP_RANKS)
+    head = np.arange(1, m + 1, dtype=np.float64) ** -theta
+    # tail sum_{r=m+1}^{n} r^-theta by the midpoint integral (error < 1e-6 of the total)
+    a, b = m + 0.5, n + 0.5
+    tail = np.log(b / a) if abs(theta - 1) < 1e-9 else (b ** (1 - theta) - a ** (1 - theta)) / (1 - theta)
+    total = head.sum() + max(tail, 0.0)
+    return head / total, max(tail, 0.0) / total
+
+
+def key_mass(workload: Workload, n: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Where request keys fall: (key indices, their probabilities, mass spread evenly over all keys).
+
+    Key index = rank in key order (0 = smallest loaded key)."""
+    dist = workload.distribution
+    if dist == "uniform":
+        return np.zeros(0, np.int64), np.zeros(0), 1.0
+    if dist == "hotspot":
+        # YCSB HotspotIntegerGenerator: the hot set is the low end of the key range; a request
+        # is uniform over the hot keys with probability hotspot_share, else over the cold keys
+        hot = min(n - 1, max(1, int(n * workload.hotspot_fraction)))
+        cold_each = (1 - workload.hotspot_share) / (n - hot)
+        hot_each = workload.hotspot_share / hot - cold_each  # on top of the even spread
+        return np.arange(hot, dtype=np.int64), np.full(hot, hot_each), cold_each * n
+    if dist == "latest":  # newest (largest) keys are the most popular, not scrambled
+        probs, tail = zipf_head(n, workload.zipf_theta)
+        return n - 1 - np.arange(probs.size, dtype=np.int64), probs, tail
+    # zipf: YCSB ScrambledZipfian draws a rank from a Zipf over 10^10 items and hashes it onto
+    # the n keys, so the hottest key gets 1/zeta(10^10) and popular keys are scattered.
+    probs, tail = zipf_head(YCSB_ITEM_COUNT, workload.zipf_theta)
+    idx = (fnv64(np.arange(probs.size, dtype=np.uint64)) % np.uint64(n)).astype(np.int64)
+    return idx, probs, tail
+
+
+@lru_cache(maxsize=64)
+def slice_profile(workload: Workload, n_records: int, n_slices: int) -> SliceProfile:
+    """Per-slice demand for equal-count slices (cached; arrays are shared, do not modify)."""
+    geo = geometry(n_records)
+    n_leaves = int(np.ceil(n_records / n_slices / geo.leaf_entries))  # Ls, leaves per slice
+    req = _request_leaf_mass(workload, n_records, n_slices, n_leaves)  # [N, Ls]
+    ins = np.full((n_slices, n_leaves), 1.0 / (n_slices * n_leaves))  # hashed insert keys: even
+    mix = workload.mix
+    op_share = np.stack([mix.read * req.sum(1), mix.update * req.sum(1), mix.insert * ins.sum(1), mix.scan * req.sum(1)])
+    scan_leaves = 1.0 + (workload.mean_scan - 1.0) / geo.leaf_entries  # start leaf + followers
+    visit_mass = (mix.read + mix.update + mix.scan * scan_leaves) * req + mix.insert * ins  # [N, Ls]
+    share = np.maximum(op_share.sum(0), 1e-300)  # [N]
+    count, visits = _leaf_classes(visit_mass / share[:, None])
+    private, shared = _upper_levels(geo, n_slices)
+    return SliceProfile(geo, op_share, count, visits, private, shared, workload.mean_scan)
+
+
+def _request_leaf_mass(workload: Workload, n: int, n_slices: int, n_leaves: int) -> np.ndarray:
+    """[N, Ls] probability that a request key falls in leaf l of slice s."""
+    idx, probs, spread = key_mass(workload, n)
+    s = idx * n_slices // n  # equal-count slices: slice of each key index
+    lo = -(-s * n // n_slices)  # first key index of that slice (ceil(s n / N))
+    leaf = np.minimum((idx - lo) * n_slices * n_leaves // n, n_leaves - 1)
+    mass = np.bincount(s * n_leaves + leaf, weights=probs, minlength=n_slices * n_leaves)
+    return mass.reshape(n_slices, n_leaves) + spread / (n_slices * n_leaves)
+
+
+def _leaf_classes(visits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bucket each slice's leaves by popularity: sizes 1, 1, 2, 4, ... and the rest.
+
+    visits: [N, Ls] visits per query of the slice to each leaf -> (count [N, K], mean visits [N, K])."""
+    n_slices, n_leaves = visits.shape
+    ranked = -np.sort(-visits, axis=1)  # [N, Ls], most popular first
+    edges = [0, 1] + [min(2**k, n_leaves) for k in range(1, N_LEAF_CLASSES - 1)] + [n_leaves]
+    edges = np.minimum(np.array(edges), n_leaves)
+    count = np.zeros((n_slices, N_LEAF_CLASSES))
+    mean = np.zeros((n_slices, N_LEAF_CLASSES))
+    for k in range(N_LEAF_CLASSES):
+        a, b = edges[k], edges[k + 1]
+        if b > a:
+            count[:, k] = b - a
+            mean[:, k] = ranked[:, a:b].mean(1)
+    return count, mean
+
+
+def _upper_levels(geo: Geometry, n_slices: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Inner levels: private to a slice when the level has >= N nodes, else shared by a run of
+    adjacent slices (node id per slice)."""
+    private, shared = [], []
+    for nodes in geo.level_nodes[1:]:
+        if nodes >= n_slices:
+            private.append(nodes / n_slices)
+        else:
+            shared.append(np.arange(n_slices) * nodes // n_slices)
+    return np.array(private), tuple(shared)
+
+
+# ---- key ranges per dataset ----------------------------------------------------------------------
+CLUSTERS = 64  # `clustered`: dense runs of keys around this many random 64-bit bases
+
+
+def slice_bounds(dataset: str, n_records: int, n_slices: int) -> tuple[np.ndarray, np.ndarray]:
+    """(slice_lo, slice_hi) as uint64 [N]: the smallest and largest loaded key of each slice."""
+    first = [-(-s * n_records // n_slices) for s in range(n_slices + 1)]  # key index boundaries
+    key = _key_function(dataset, n_records)
+    lo = np.array([key(first[s]) for s in range(n_slices)], dtype=np.uint64)
+    hi = np.array([key(first[s + 1] - 1) for s in range(n_slices)], dtype=np.uint64)
+    return lo, hi
+
+
+def _key_function(dataset: str, n: int):
+    """Key of the i-th smallest loaded key (exact for dense, expected order statistic otherwise)."""
+    if dataset == "dense":
+        return lambda i: i
+    if dataset == "uniform":  # i-th of n uniform 64-bit keys sits near i/n of the key space
+        return lambda i: min((2**64 - 1), (i * 2**64 + 2**63) // n)
+    per = -(-n // CLUSTERS)
+    bases = np.sort(np.random.default_rng(0).integers(0, 2**63, size=CLUSTERS, dtype=np.uint64)) * np.uint64(2)
+    return lambda i: int(bases[i // per]) + i % per

@@ -1,0 +1,101 @@
+"""Simulated episodes: schema, determinism, counter consistency, availability, input errors."""
+
+import numpy as np
+import pytest
+
+from pmoss.errors import ContractError
+from pmoss.policies import generate
+from pmoss.schedule import Schedule
+from pmoss.sim import load_sim_machine, simulate, simulate_batch, throughput
+from pmoss.snapshot import CORE_FEATURES, OFFCORE_LINK, OFFCORE_NODE, SNAPSHOT_SCHEMA, episodes_to_table
+
+N, N_REC = 32, 200_000
+KW = dict(n_records=N_REC, window_s=2.0)
+
+
+@pytest.fixture(scope="module")
+def snb():
+    return load_sim_machine("intel-snb-4s")
+
+
+def test_row_fits_the_snapshot_schema(snb):
+    rows = simulate_batch(snb, "ycsb-a", "uniform", [generate(k, snb, N, 1) for k in ("sn-mixed", "os-interleave")], seeds=[1, 2], **KW)
+    table = episodes_to_table(rows)
+    assert table.schema.equals(SNAPSHOT_SCHEMA, check_metadata=False) and table.num_rows == 2
+    r = rows[0]
+    assert (r["source"], r["counter_mode"], r["host"]) == ("sim", "sim", snb.name)
+    assert r["collector"].startswith("pmoss.sim ")
+    assert r["throughput_qps"] == pytest.approx(np.sum(r["queries"]) / 2.0)
+    assert len(r["slice_lo"]) == N and all(len(r[f]) == N for f in CORE_FEATURES if r[f] is not None)
+
+
+def test_deterministic_by_seed_and_noisy_across_seeds(snb):
+    s = generate("sn-grouped", snb, N, 0)
+    a, b = (simulate(snb, "ycsb-c", "dense", s, seed=7, **KW) for _ in range(2))
+    c = simulate(snb, "ycsb-c", "dense", s, seed=8, **KW)
+    assert a["episode_id"] == b["episode_id"] != c["episode_id"]
+    assert a["throughput_qps"] == b["throughput_qps"] != c["throughput_qps"]
+    assert np.array_equal(a["llc_misses"], b["llc_misses"])
+    mean = throughput(snb, "ycsb-c", "dense", [s], n_records=N_REC)[0]
+    assert abs(a["throughput_qps"] / mean - 1) < 0.15
+
+
+def test_counters_are_consistent(snb):
+    scheds = [generate("sn-spread", snb, N, 0), generate("os-interleave", snb, N, 0)]
+    one, shared = simulate_batch(snb, "scan", "dense", scheds, seeds=3, n_records=5_000_000)  # > the L3s
+    assert np.all(np.asarray(one["remote_dram_loads"]) == 0)  # one-core kinds keep memory local
+    for r in (one, shared):
+        q = np.asarray(r["queries"], dtype=float)
+        assert all(np.all(np.asarray(r[f]) >= 0) for f in CORE_FEATURES if r[f] is not None)
+        dram = np.asarray(r["local_dram_loads"]) + np.asarray(r["remote_dram_loads"])
+        assert np.all(dram <= np.asarray(r["llc_misses"]) * 1.1 + 1)
+        assert np.all(np.asarray(r["llc_misses"]) <= np.asarray(r["l1d_misses"]) * 1.1 + 1)
+        assert np.all(np.asarray(r["cycles"]) >= np.asarray(r["cycles_mem_any"]))
+        assert np.allclose(np.asarray(r["keys_scanned"]) / q, 50.5, rtol=0.1)
+    assert np.sum(shared["remote_dram_loads"]) > 2 * np.sum(shared["local_dram_loads"])  # 3 of 4 nodes remote
+    assert sum(shared["imc_read_bytes"]) > 0 and len(shared["link_in_bytes"]) == len(snb.links)
+
+
+@pytest.mark.parametrize("name, offcore", [("amd-milan-nps1", False), ("nvidia-grace", False), ("intel-skx-4s", True)])
+def test_vendor_availability_is_null_not_zero(name, offcore):
+    m = load_sim_machine(name)
+    r = simulate(m, "ycsb-c", "dense", generate("sn-grouped", m, N, 0), seed=0, **KW)
+    for f in OFFCORE_NODE + OFFCORE_LINK:
+        assert (r[f] is not None) == offcore and (f in r["unavailable"]) != offcore
+    for f in r["unavailable"]:
+        assert r[f] is None
+    assert all(r[f] is not None for f in CORE_FEATURES if f not in r["unavailable"])
+
+
+def test_batch_matches_single_episodes(snb):
+    scheds = [generate(k, snb, N, 2) for k in ("sn-random", "sn-numa", "os-default")]
+    batch = simulate_batch(snb, "rsi-25-50-25", "clustered", scheds, seeds=[5, 6, 7], **KW)
+    single = [simulate(snb, "rsi-25-50-25", "clustered", s, seed=sd, **KW) for s, sd in zip(scheds, [5, 6, 7])]
+    for a, b in zip(batch, single):
+        assert a["throughput_qps"] == pytest.approx(b["throughput_qps"], rel=1e-9)
+
+
+def test_schedule_for_another_machine_is_rejected_naming_the_slice(snb):
+    other = load_sim_machine("intel-skx-4s")
+    bad = generate("sn-grouped", other, N, 0).model_copy(update={"machine": snb.name})
+    with pytest.raises(ContractError, match=r"schedules\[0\]: slice \d+"):
+        simulate(snb, "ycsb-c", "dense", bad, seed=0, **KW)
+    wrong = Schedule(machine=snb.name, n_slices=2, kind="sn-grouped", node=[0, 0], core=[0, 1])  # reserved CPUs
+    with pytest.raises(ContractError, match="slice 0: core 0 is reserved"):
+        simulate(snb, "ycsb-c", "dense", wrong, seed=0, **KW)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"n_records": 0}, "n_records"), ({"n_records": -5}, "n_records"), ({"window_s": 0.0}, "window_s"),
+     ({"dataset": "zipfian"}, "dataset"), ({"workload": "ycsb-z"}, "workload"), ({"n_records": 10}, "n_slices")],
+)
+def test_bad_inputs_name_the_field(snb, kwargs, field):
+    args = {"workload": "ycsb-c", "dataset": "dense", "n_records": N_REC, "window_s": 1.0} | kwargs
+    with pytest.raises(ContractError, match=field):
+        simulate(snb, args.pop("workload"), args.pop("dataset"), generate("sn-grouped", snb, N, 0), seed=0, **args)
+
+
+def test_bad_action_arrays_are_rejected(snb):
+    with pytest.raises(ContractError, match="actions"):
+        throughput(snb, "ycsb-c", "dense", np.full((1, N), 999), n_records=N_REC)

@@ -1,0 +1,122 @@
+"""Physics monotonicity of the machine model (docs/machine-model.md §14.1)."""
+
+import numpy as np
+import pytest
+
+from pmoss.machine import Machine
+from pmoss.policies import BASELINE_KINDS, generate
+from pmoss.sim import load_sim_machine, throughput
+from pmoss.sim.hardware import hw_for
+from pmoss.sim.model import solve
+from pmoss.sim.placement import from_actions, from_schedules
+from pmoss.sim.profile import slice_profile
+from pmoss.workload import WORKLOADS
+
+N, N_REC = 64, 1_000_000
+CASES = [("amd-milan-nps4", "ycsb-c"), ("intel-snb-4s", "scan"), ("intel-skx-4s", "rsi-20-30-50"), ("ibm-power8", "ycsb-a")]
+
+
+def _variant(m: Machine, **changes) -> Machine:
+    data = m.model_dump()
+    for key, value in changes.items():
+        if key.startswith("caches."):
+            data["caches"][key.split(".")[1]] = value
+        else:
+            data[key] = value
+    return Machine.model_validate(data)
+
+
+def _schedules(m: Machine) -> list:
+    return [generate(k, m, N, s) for k in BASELINE_KINDS for s in (0, 1)]
+
+
+@pytest.mark.parametrize("name, workload", CASES)
+def test_more_remote_placement_is_never_faster(name, workload):
+    m = load_sim_machine(name)
+    hw, prof = hw_for(m), slice_profile(WORKLOADS[workload], N_REC, N)
+    rng = np.random.default_rng(0)
+    actions = np.stack([rng.integers(hw.n_workers, size=N) for _ in range(3)])
+    xs = []
+    for frac in (0.0, 0.25, 0.5, 1.0):  # move the memory of a growing share of slices off-node
+        pl = from_actions(hw, actions)
+        moved = np.arange(N) < frac * N
+        far = np.argmax(hw.dist_ns[hw.worker_node[actions]], axis=2)  # [B, N] the farthest node
+        pl.P = np.where(moved[None, :, None], np.eye(hw.n_nodes)[far], pl.P)
+        xs.append(solve(hw, prof, pl)[0].X)
+    assert np.all(np.diff(np.array(xs), axis=0) <= 1e-9 * xs[0])
+
+
+@pytest.mark.parametrize("name, workload", CASES)
+def test_more_l3_is_never_slower(name, workload):
+    m = load_sim_machine(name)
+    big = _variant(m, **{"caches.l3_mib": m.caches.l3_mib * 2})
+    base = throughput(m, workload, "dense", _schedules(m), n_records=N_REC)
+    more = throughput(big, workload, "dense", [s.model_copy() for s in _schedules(m)], n_records=N_REC)
+    assert np.all(more >= base * (1 - 1e-6))
+    if name == "intel-snb-4s":  # 16 MiB L3 per socket: the tree does not fit, so L3 matters
+        assert np.any(more > base * 1.001)
+
+
+@pytest.mark.parametrize("name, workload", CASES)
+def test_more_bandwidth_is_never_slower(name, workload):
+    m = load_sim_machine(name)
+    fast = _variant(m, mem_bandwidth_gbps=[b * 2 for b in m.mem_bandwidth_gbps], links=[{**l.model_dump(), "gbps": l.gbps * 2} for l in m.links])
+    base = throughput(m, workload, "dense", _schedules(m), n_records=N_REC)
+    more = throughput(fast, workload, "dense", _schedules(m), n_records=N_REC)
+    assert np.all(more >= base * (1 - 1e-6))
+
+
+@pytest.mark.parametrize("name, workload", CASES)
+def test_throughput_never_exceeds_the_core_bound(name, workload):
+    m = load_sim_machine(name)
+    hw, prof = hw_for(m), slice_profile(WORKLOADS[workload], N_REC, N)
+    sol, _ = solve(hw, prof, from_schedules(hw, _schedules(m)))
+    assert np.all(sol.thread_util <= 1 + 1e-3)
+    busy = (sol.X[:, None] * prof.share[None, :] * sol.t_ns * 1e-9).sum(1)  # worker-seconds per second
+    assert np.all(busy <= hw.n_workers * (1 + 1e-3))
+    assert np.all(sol.X <= hw.n_workers / (sol.t_ns.min(1) * 1e-9))
+
+
+def test_one_core_kinds_read_only_local_memory():
+    m = load_sim_machine("amd-milan-nps4")
+    hw, prof = hw_for(m), slice_profile(WORKLOADS["ycsb-c"], N_REC, N)
+    sol, _ = solve(hw, prof, from_schedules(hw, [generate("sn-random", m, N, 3), generate("os-interleave", m, N, 0)]))
+    assert np.allclose(sol.local_share[0], 1.0)
+    assert np.allclose(sol.local_share[1], 1 / m.numa_nodes)
+
+
+def test_placement_changes_throughput_and_winners_depend_on_the_machine():
+    winners = set()
+    for name in ("amd-milan-nps1", "intel-skx-4s", "nvidia-grace"):
+        m = load_sim_machine(name)
+        xs = throughput(m, "ycsb-c", "dense", [generate(k, m, 256, 0) for k in BASELINE_KINDS])
+        assert xs.max() / xs.min() > 1.2
+        winners.add(BASELINE_KINDS[int(xs.argmax())])
+    assert len(winners) > 1
+
+
+def test_adjacent_slices_share_upper_levels():
+    from pmoss.sim.caches import _shared_nodes
+
+    m = load_sim_machine("amd-milan-nps4")
+    hw, prof = hw_for(m), slice_profile(WORKLOADS["ycsb-c"], 10_000_000, 256)
+    grouped, spread = (from_schedules(hw, [generate(k, m, 256, 0)]) for k in ("sn-grouped", "sn-spread"))
+    G = max(hw.n_workers, hw.n_cores, hw.n_domains)
+    held = [_shared_nodes(prof, p.l3_group, G).sum() for p in (grouped, spread)]
+    assert held[0] < held[1]  # grouping keeps the slices under one upper node in one L3
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(["amd-milan-nps1", "intel-snb-4s", "ibm-power8", "nvidia-grace"]),
+       workload=st.sampled_from(list(WORKLOADS)), seed=st.integers(0, 2**16))  # fmt: skip
+def test_any_one_core_schedule_gives_a_finite_bounded_throughput(name, workload, seed):
+    m = load_sim_machine(name)
+    hw, prof = hw_for(m), slice_profile(WORKLOADS[workload], N_REC, N)
+    actions = np.random.default_rng(seed).integers(hw.n_workers, size=(2, N))
+    sol, d = solve(hw, prof, from_actions(hw, actions))
+    assert np.all(np.isfinite(sol.X)) and np.all(sol.X > 0)
+    assert np.all(sol.t_ns > 0) and np.all(sol.thread_util <= 1 + 1e-3)
+    assert np.all(d.read_lines >= 0) and np.all(d.c2c_lines == 0)  # one-core: no coherence traffic

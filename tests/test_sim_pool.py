@@ -1,0 +1,57 @@
+"""The simulated pool: descriptors load, match their spec sheets, and unknown names fail clearly."""
+
+import pytest
+
+from pmoss.errors import ContractError
+from pmoss.machine import default_reserved
+from pmoss.sim import PAPER_MACHINES, UNSEEN_MACHINES, list_machines, load_sim_machine
+from pmoss.sim.descriptors import SPECS, render
+from pmoss.sim.pool import descriptor_path
+
+
+def test_pool_is_the_papers():
+    assert set(list_machines()) == set(PAPER_MACHINES) | set(UNSEEN_MACHINES)
+
+
+@pytest.mark.parametrize("name", list_machines())
+def test_descriptor_loads_with_source_and_default_reservations(name):
+    m = load_sim_machine(name)
+    assert m.name == name and m.source
+    assert m.reserved_cpus == default_reserved(m.cpus, m.numa_nodes)
+    text = descriptor_path(name).read_text()
+    assert text.startswith("#") and "source:" in text
+
+
+@pytest.mark.parametrize(
+    "name, sockets, nodes, cpus, l3_domains, smt",
+    [
+        ("amd-milan-nps1", 2, 2, 128, 16, 2),
+        ("amd-milan-nps4", 2, 8, 128, 16, 2),
+        ("intel-skx-4s", 4, 8, 96, 8, 1),
+        ("intel-snb-4s", 4, 4, 64, 4, 2),
+        ("nvidia-grace", 1, 1, 72, 1, 1),
+        ("ibm-power8", 2, 2, 160, 20, 8),
+    ],
+)
+def test_topology_matches_spec(name, sockets, nodes, cpus, l3_domains, smt):
+    m = load_sim_machine(name)
+    assert (m.sockets, m.numa_nodes, len(m.cpus), m.n_l3_domains) == (sockets, nodes, cpus, l3_domains)
+    assert len(m.cpus) // len({c.core for c in m.cpus}) == smt
+    for node in range(m.numa_nodes):  # every node has the same number of CPUs
+        assert sum(c.node == node for c in m.cpus) == cpus // nodes
+
+
+def test_power8_has_l4_and_skx_has_12_cpus_per_node():
+    assert load_sim_machine("ibm-power8").caches.l4_mib > 0
+    skx = load_sim_machine("intel-skx-4s")
+    assert {sum(c.node == n for c in skx.cpus) for n in range(8)} == {12}
+
+
+def test_shipped_yaml_is_what_the_generator_writes():
+    for spec in SPECS:
+        assert descriptor_path(spec.name).read_text() == render(spec)
+
+
+def test_unknown_machine_names_it_and_the_known_ones():
+    with pytest.raises(ContractError, match="'nope'.*known: amd-milan-nps1"):
+        load_sim_machine("nope")
