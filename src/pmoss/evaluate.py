@@ -40,14 +40,16 @@ class EvalConfig(BaseModel):
     target_factor: float = 2.0
 
 
-def measure(machine: Any, workload: str, schedule: Schedule, cfg: EvalConfig) -> float:
-    """Mean throughput over the evaluation seeds (the same for every schedule of a cell)."""
-    from pmoss.sim import simulate
+def measure(machine: Any, workload: str, schedules: dict[str, Schedule], cfg: EvalConfig) -> dict[str, float]:
+    """Mean throughput of each schedule over the evaluation seeds: one batched simulator call,
+    the same seeds for every schedule of a cell."""
+    from pmoss.sim import simulate_batch
 
-    wl = get_workload(workload)
-    runs = [simulate(machine, wl, cfg.dataset, schedule, seed=EVAL_SEED_BASE + r, run_index=r, n_records=cfg.n_records, window_s=cfg.window_s)
-            for r in range(cfg.runs)]  # fmt: skip
-    return float(np.mean([x["throughput_qps"] for x in runs]))
+    names = [n for n in schedules for _ in range(cfg.runs)]
+    runs = [r for _ in schedules for r in range(cfg.runs)]
+    rows = simulate_batch(machine, get_workload(workload), cfg.dataset, [schedules[n] for n in names], seeds=[EVAL_SEED_BASE + r for r in runs],
+                          run_indices=runs, n_records=cfg.n_records, window_s=cfg.window_s)  # fmt: skip
+    return {n: float(np.mean([r["throughput_qps"] for r, m in zip(rows, names, strict=True) if m == n])) for n in schedules}
 
 
 def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg: EvalConfig) -> dict[str, float]:
@@ -57,15 +59,15 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
     machine = load_sim_machine(machine_name)
     running = generate("os-default", machine, cfg.n_slices)
     snapshot = simulate(machine, get_workload(workload), cfg.dataset, running, seed=EVAL_SEED_BASE - 1, n_records=cfg.n_records, window_s=cfg.window_s)
-    out = {kind: measure(machine, workload, generate(kind, machine, cfg.n_slices), cfg) for kind in cfg.baselines}  # type: ignore[arg-type]
+    schedules = {kind: generate(kind, machine, cfg.n_slices) for kind in cfg.baselines}  # type: ignore[arg-type]
     for name, bundle in bundles.items():
         settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}  # a version may carry its own
-        out[name] = measure(machine, workload, propose(bundle, machine, snapshot, **settings), cfg)
+        schedules[name] = propose(bundle, machine, snapshot, **settings)
     if cfg.oracle:
         from pmoss.sim import oracle
 
-        out["oracle"] = measure(machine, workload, oracle(machine, get_workload(workload), cfg.dataset, cfg.n_slices, seed=0)[0], cfg)
-    return out
+        schedules["oracle"] = oracle(machine, get_workload(workload), cfg.dataset, cfg.n_slices, seed=0, n_records=cfg.n_records)[0]
+    return measure(machine, workload, schedules, cfg)
 
 
 def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = True) -> dict[str, dict[str, float]]:

@@ -46,7 +46,7 @@ def _pyfunc_class():
         def load_context(self, context: Any) -> None:
             self.bundle = load_bundle(Path(context.artifacts["bundle"]))
 
-        def predict(self, context: Any, model_input: Any, params: dict[str, Any] | None = None) -> Any:
+        def predict(self, context, model_input, params=None):  # no hints: MLflow would try to infer a schema
             return {"config": asdict(self.bundle.config)}
 
     return ScheduleModel
@@ -159,7 +159,7 @@ def promote(name: str, eval_config: Path, force: bool = False, reason: str | Non
     if cand is None:
         raise RegistryError(f"{name}: no version has alias '{CANDIDATE}'; register one first")
     champ = _version(client, name, CHAMPION)
-    if champ is not None and champ.version == cand.version:
+    if champ is not None and str(champ.version) == str(cand.version):
         return False, f"version {cand.version} is already the champion"
     if force and not reason:
         raise RegistryError("--force needs --reason TEXT (it is recorded on the version)")
@@ -178,7 +178,7 @@ def promote(name: str, eval_config: Path, force: bool = False, reason: str | Non
     _record(client, name, cand.version, accepted, why, tp, champ)
     if accepted:
         if champ is not None:
-            history = json.loads(client.get_registered_model(name).tags.get(HISTORY_TAG, "[]")) + [champ.version]
+            history = json.loads(client.get_registered_model(name).tags.get(HISTORY_TAG, "[]")) + [str(champ.version)]
             client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history))
         client.set_registered_model_alias(name, CHAMPION, cand.version)
     return accepted, why
