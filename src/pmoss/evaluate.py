@@ -52,7 +52,8 @@ def measure(machine: Any, workload: str, schedules: dict[str, Schedule], cfg: Ev
     return {n: float(np.mean([r["throughput_qps"] for r, m in zip(rows, names, strict=True) if m == n])) for n in schedules}
 
 
-def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg: EvalConfig) -> dict[str, float]:
+def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg: EvalConfig, keep: dict[str, Schedule] | None = None) -> dict[str, float]:
+    """Throughput per policy in one cell; learned and oracle schedules are also put in `keep`."""
     from pmoss.infer import propose
     from pmoss.sim import load_sim_machine, simulate
 
@@ -67,15 +68,20 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
         from pmoss.sim import oracle
 
         schedules["oracle"] = oracle(machine, get_workload(workload), cfg.dataset, cfg.n_slices, seed=0, n_records=cfg.n_records)[0]
+    if keep is not None:
+        keep.update({n: s for n, s in schedules.items() if n not in cfg.baselines})
     return measure(machine, workload, schedules, cfg)
 
 
-def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = True) -> dict[str, dict[str, float]]:
-    """Every machine x workload cell of `cfg`: throughput of each baseline and each bundle."""
+def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = True, keep: dict[str, dict[str, Schedule]] | None = None) -> dict[str, dict[str, float]]:
+    """Every machine x workload cell of `cfg`: throughput of each baseline and each bundle.
+    With `keep`, the learned/oracle schedules of each cell are collected there too."""
     from rich.progress import track
 
-    todo = [(m, w) for m in cfg.machines for w in cfg.workloads]
-    return {f"{m}|{w}": evaluate_cell(m, w, bundles, cfg) for m, w in track(todo, description="evaluate", disable=not progress)}
+    cells = {}
+    for m, w in track([(m, w) for m in cfg.machines for w in cfg.workloads], description="evaluate", disable=not progress):
+        cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None)
+    return cells
 
 
 def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines: list[str]) -> dict[str, Any]:
@@ -107,7 +113,8 @@ def plot(cells: dict[str, dict[str, float]], out: Path) -> None:
 
     machines = sorted({c.split("|")[0] for c in cells})
     policies = list(next(iter(cells.values())))
-    fig, axes = plt.subplots(len(machines), 1, figsize=(max(6, 1.2 * len(policies) * 2), 2.6 * len(machines)), squeeze=False)
+    n_workloads = max(sum(c.startswith(f"{m}|") for c in cells) for m in machines)
+    fig, axes = plt.subplots(len(machines), 1, figsize=(max(7, 0.25 * len(policies) * n_workloads + 2), 2.6 * len(machines)), squeeze=False)
     for ax, m in zip(axes[:, 0], machines, strict=True):
         mc = {c.split("|")[1]: tp for c, tp in cells.items() if c.startswith(f"{m}|")}
         width = 0.8 / len(policies)
@@ -121,6 +128,41 @@ def plot(cells: dict[str, dict[str, float]], out: Path) -> None:
     axes[0, 0].legend(fontsize=6, ncol=4)
     fig.suptitle("Throughput relative to the best baseline — simulated testbed (source=sim)", fontsize=10)
     fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
+    """Each learned/oracle schedule over its core tile: a core's colour is the mean key-range
+    position of the slices it got (empty cores blank); one row per NUMA node, nodes outlined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pmoss.sim import load_sim_machine
+
+    panels = [(c, n, s) for c, per in schedules.items() for n, s in per.items()]
+    rows = max(load_sim_machine(c.split("|")[0]).numa_nodes for c, _, _ in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 0.8 + (0.22 * rows + 0.5) * len(panels)), squeeze=False, layout="constrained")
+    for ax, (cell, name, sched) in zip(axes[:, 0], panels, strict=True):
+        m = load_sim_machine(cell.split("|")[0])
+        cols = max(len(w) for w in m.workers_by_node)
+        grid, count = np.zeros((m.numa_nodes, cols)), np.zeros((m.numa_nodes, cols))
+        for i, core in enumerate(sched.core):
+            r, c = m.tile_position[m.worker_index[core]]
+            grid[r, c] += i / sched.n_slices
+            count[r, c] += 1
+        shown = np.where(count > 0, grid / np.maximum(count, 1), np.nan)
+        im = ax.imshow(shown, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        for r in range(m.numa_nodes):
+            ax.add_patch(plt.Rectangle((-0.5, r - 0.5), len(m.workers_by_node[r]), 1, fill=False, lw=1.2, ec="k"))
+        ax.set_title(f"{cell} {name} (source=sim)", fontsize=8)
+        ax.set_ylabel("node", fontsize=7)
+        ax.tick_params(labelsize=6)
+    fig.colorbar(im, ax=axes[:, 0].tolist(), label="slice key-range position", shrink=0.6)
+    fig.suptitle("Schedules over the core tile — simulated testbed (source=sim)", fontsize=9)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -144,9 +186,13 @@ def evaluate_command(
         if not sep:
             raise typer.BadParameter(f"--model '{spec}': expected NAME=PATH")
         bundles[name] = load_bundle(Path(path))
-    cells = evaluate_cells(cfg, bundles)
+    schedules: dict[str, dict[str, Schedule]] = {}
+    cells = evaluate_cells(cfg, bundles, keep=schedules)
     metrics = summarise(cells, list(bundles), cfg.baselines)
     atomic_write_text(output / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     atomic_write_text(output / "cells.json", json.dumps(cells, indent=1) + "\n")
+    learned = {c: {n: s.model_dump(mode="json") for n, s in per.items()} for c, per in schedules.items()}
+    atomic_write_text(output / "schedules.json", json.dumps(learned) + "\n")
     plot(cells, output / "speedup.png")
+    heatmap(schedules, output / "schedules.png")
     typer.echo(yaml.safe_dump(metrics["geomean"], sort_keys=False))
