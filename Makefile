@@ -43,12 +43,22 @@ demo: setup  ## run the whole pipeline (dvc repro) on the embedded tiny defaults
 	@echo "metrics: eval/metrics.json   plot: eval/speedup.png   models: pmoss-dt@candidate"
 	@echo "browse:  $(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI)"
 
-test: setup  ## pytest (fast set + a slice of slow ones) and ctest
+test: setup  ## ctest, sanitizer builds, pytest (fast set + the `ci` slice of the slow ones)
 	$(MAKE) test-c
+	$(MAKE) test-sanitize
 	$(MAKE) test-py
 
 test-c:
 	ctest --test-dir $(BUILD) --output-on-failure -j2
+
+# ASan/UBSan: every C unit test; TSan: the concurrent ones. Separate trees, same sources.
+test-sanitize:
+	cmake -S . -B build-asan -DPMOSS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build build-asan -j2
+	ctest --test-dir build-asan --output-on-failure -j2 -E 'fuzz|guest'
+	cmake -S . -B build-tsan -DPMOSS_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build build-tsan -j2
+	TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R '_mt|test_runtime|probe'
 
 test-py:
 	$(VENV)/bin/pytest -q -m "not slow"
@@ -56,6 +66,7 @@ test-py:
 
 bench: setup  ## every benchmark; JSON records land in benchmarks/results/
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan .stamp-*

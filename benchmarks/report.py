@@ -1,0 +1,41 @@
+"""Render benchmarks/results/*.json into the results table of docs/benchmarks.md (between markers).
+
+`make bench` runs every benchmark and then this, so the table always shows the latest records
+with the exact command that produced each one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "–" if v is None else str(v)
+
+
+def table() -> str:
+    lines = ["| name | metric | value | baseline (same run) | ratio | target met | date | command |", "|---|---|---|---|---|---|---|---|"]
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        r = json.loads(path.read_text())
+        met = {True: "yes", False: "**no**"}.get(r.get("meets_target"), "–")
+        lines.append(f"| {r['name']} | {r['metric']} | {fmt(r['value'])} {r['unit']} | {r['baseline']}: {fmt(r['baseline_value'])} | {fmt(r.get('ratio'))} | {met} | {r['date'][:10]} | `{r['command']}` |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    text = DOC.read_text()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOC.write_text(f"{head}{BEGIN}\n{table()}\n{END}{tail}")
+    print(f"updated {DOC}")
+
+
+if __name__ == "__main__":
+    main()
