@@ -1,15 +1,19 @@
 """`pmoss dataset`: validate raw snapshots, build tokenised datasets, report what a dataset holds.
 
 `build` is what the DVC stages `build-offline` / `build-finetune` run: it validates its inputs
-first, then writes `tokens.parquet`, `stats.json` (training-split statistics) and the machine
-descriptors it used into a fresh directory that replaces the output only when complete.
+first, then writes `tokens.parquet`, `stats.json` (training-split statistics), `dataset.json`
+(counts per split, hold-out groups) and the machine descriptors it used into a fresh directory
+that replaces the output only when complete. `--holdout-machine` / `--holdout-workload` give a
+named group the split `holdout` (leave-one-machine-out / leave-one-workload-out evaluation).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -21,12 +25,15 @@ import typer
 
 from pmoss.errors import ContractError
 from pmoss.machine import Machine, load_machine, save_machine
-from pmoss.snapshot import SLICE_FEATURES, SNAPSHOT_SCHEMA_VERSION, raw_files, read_raw_file
-from pmoss.tokens import TOKENS_SCHEMA, Stats, compute_stats, tile_shape, tokenise_rows
+from pmoss.snapshot import SLICE_FEATURES, SNAPSHOT_SCHEMA_VERSION, SOURCES, raw_files, read_raw_file
+from pmoss.tokens import TOKENS_SCHEMA, Holdout, Stats, compute_stats, tile_shape, tokenise_table
 
 app = typer.Typer(help="Validate, build and report datasets.", no_args_is_help=True)
 
 LIST_COLUMNS = ("slice_lo", "slice_hi", "core", "node", "queries") + SLICE_FEATURES
+
+
+MAX_PROBLEMS_PER_CHECK = 5  # per file and check: enough to see the pattern, never millions of lines
 
 
 def validate_raw(path: Path) -> tuple[int, list[str]]:
@@ -37,40 +44,53 @@ def validate_raw(path: Path) -> tuple[int, list[str]]:
     for f in raw_files(path):
         t = read_raw_file(f)  # schema version and columns, errors name the file
         total += t.num_rows
-        problems += [f"{f}: {p}" for p in _check_table(t)]
-        for eid in t["episode_id"].to_pylist():
-            if eid in seen:
-                problems.append(f"{f}: episode {eid} duplicates one in {seen[eid]}")
-            seen[eid] = f
+        problems += check_file(f, t, seen)
     if total == 0:
         problems.append(f"{path}: no episodes")
     return total, problems
 
 
+def check_file(f: Path, t: pa.Table, seen: dict[str, Path]) -> list[str]:
+    """Problems of one raw file, including episode ids already `seen` in another file (updates `seen`)."""
+    problems = [f"{f}: {p}" for p in _check_table(t)]
+    for eid in t["episode_id"].to_pylist():
+        if eid in seen:
+            problems.append(f"{f}: episode {eid} duplicates one in {seen[eid]}")
+        seen[eid] = f
+    return problems
+
+
 def _check_table(t: pa.Table) -> list[str]:
-    out = []
-    rows = t.to_pylist()
-    for r in rows:
-        eid, n = r["episode_id"], r["n_slices"]
-        if r["schema_version"] > SNAPSHOT_SCHEMA_VERSION:
-            out.append(f"episode {eid}: field 'schema_version' {r['schema_version']} is newer than this pmoss")
-        if r["source"] not in ("real", "sim", "legacy"):
-            out.append(f"episode {eid}: field 'source' is '{r['source']}'")
-        if not r["throughput_qps"] > 0:
-            out.append(f"episode {eid}: field 'throughput_qps' is {r['throughput_qps']}, must be > 0")
-        for col in LIST_COLUMNS:
-            v = r[col]
-            if v is None:
-                if col not in r["unavailable"]:
-                    out.append(f"episode {eid}: field '{col}' is null but not listed in 'unavailable'")
-                continue
-            if col in r["unavailable"]:
-                out.append(f"episode {eid}: field '{col}' is listed unavailable but has values")
-            if len(v) != n:
-                out.append(f"episode {eid}: field '{col}' has {len(v)} slices, n_slices is {n}")
-            elif col in SLICE_FEATURES + ("queries",) and any(x is None or x < 0 or x != x for x in v):
-                out.append(f"episode {eid}: field '{col}' has a negative, NaN or null count")
+    """Episode-level and per-slice checks, one vectorised pass per column."""
+    ids, out = t["episode_id"].to_pylist(), []
+
+    def flag(bad: np.ndarray, msg: Callable[[int], str]) -> None:
+        out.extend(f"episode {ids[i]}: {msg(i)}" for i in np.flatnonzero(bad)[:MAX_PROBLEMS_PER_CHECK])
+
+    version, qps = t["schema_version"].to_numpy(), t["throughput_qps"].to_numpy()
+    flag(version > SNAPSHOT_SCHEMA_VERSION, lambda i: f"field 'schema_version' {version[i]} is newer than this pmoss")
+    sources = np.asarray(t["source"].to_pylist(), dtype=object)
+    flag(~np.isin(sources, SOURCES), lambda i: f"field 'source' is '{sources[i]}'")
+    flag(~(qps > 0), lambda i: f"field 'throughput_qps' is {qps[i]}, must be > 0")
+    unavailable = [set(u) for u in t["unavailable"].to_pylist()]
+    for col in LIST_COLUMNS:
+        _check_list_column(t, col, np.asarray([col in u for u in unavailable], dtype=bool), flag)
     return out
+
+
+def _check_list_column(t: pa.Table, col: str, listed: np.ndarray, flag: Callable[..., None]) -> None:
+    arr = t[col].combine_chunks()
+    null, n = arr.is_null().to_numpy(zero_copy_only=False), t["n_slices"].to_numpy()
+    flag(null & ~listed, lambda i: f"field '{col}' is null but not listed in 'unavailable'")
+    flag(~null & listed, lambda i: f"field '{col}' is listed unavailable but has values")
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy()
+    bad_len = ~null & (lengths != n)
+    flag(bad_len, lambda i: f"field '{col}' has {lengths[i]} slices, n_slices is {n[i]}")
+    if col in SLICE_FEATURES + ("queries",):
+        values = arr.flatten().to_numpy(zero_copy_only=False).astype(np.float64)  # null elements -> NaN
+        bad = np.zeros(len(null), dtype=bool)
+        bad[pc.list_parent_indices(arr).to_numpy()[~(values >= 0)]] = True  # negative or NaN
+        flag(bad & ~bad_len, lambda i: f"field '{col}' has a negative, NaN or null count")
 
 
 def resolve_machines(names: set[str], machines_dir: Path | None) -> dict[str, Machine]:
@@ -89,22 +109,20 @@ def resolve_machines(names: set[str], machines_dir: Path | None) -> dict[str, Ma
     return out
 
 
-def build(raw: list[Path], output: Path, val: float, test: float, machines_dir: Path | None = None, min_tile: tuple[int, int] = (0, 0)) -> Stats:
-    for path in raw:
-        _, problems = validate_raw(path)
-        if problems:
-            raise ContractError(f"{len(problems)} problem(s) in {path}; first: {problems[0]}")
-    rows = [r for path in raw for f in raw_files(path) for r in read_raw_file(f).to_pylist()]
-    machines = resolve_machines({r["machine"] for r in rows}, machines_dir)
-    table = tokenise_rows(rows, machines, val, test)
+def build(raw: list[Path], output: Path, val: float, test: float, machines_dir: Path | None = None, min_tile: tuple[int, int] = (0, 0),
+          holdout: Holdout | None = None) -> Stats:  # fmt: skip
+    """Validate and tokenise every raw file, then write the dataset directory in one rename."""
+    table, machines = _tokenise_all(raw, val, test, machines_dir, holdout or Holdout())
     if table.num_rows == 0:
         raise ContractError(f"{', '.join(map(str, raw))}: no episode of a one-core schedule kind to learn from")
     stats = compute_stats(table, tile_shape(list(machines.values()), *min_tile))
+    manifest = _manifest(table, raw, val, test, holdout or Holdout())
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
     try:
         pq.write_table(table, tmp / "tokens.parquet", compression="zstd")
         (tmp / "stats.json").write_text(stats.to_json())
+        (tmp / "dataset.json").write_text(json.dumps(manifest, indent=1))
         for name, m in machines.items():
             save_machine(m, tmp / "machines" / f"{name}.yaml")
         if output.exists():
@@ -114,6 +132,45 @@ def build(raw: list[Path], output: Path, val: float, test: float, machines_dir: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return stats
+
+
+def _tokenise_all(raw: list[Path], val: float, test: float, machines_dir: Path | None, holdout: Holdout) -> tuple[pa.Table, dict[str, Machine]]:
+    """One pass over the files: validate (all of them, before anything is written) and tokenise."""
+    seen: dict[str, Path] = {}
+    machines: dict[str, Machine] = {}
+    parts, groups = [], {"machine": set(), "workload": set()}
+    for path in raw:
+        for f in raw_files(path):
+            t = read_raw_file(f)
+            problems = check_file(f, t, seen)
+            if problems:
+                raise ContractError(f"{len(problems)} problem(s) in {path}; first: {problems[0]}")
+            for key in groups:
+                groups[key].update(t[key].to_pylist())
+            machines.update(resolve_machines(set(t["machine"].to_pylist()) - set(machines), machines_dir))
+            parts.append(tokenise_table(t, machines, val, test, holdout))
+    if not seen:
+        raise ContractError(f"{', '.join(map(str, raw))}: no raw snapshot Parquet files found")
+    _check_holdout(holdout, groups)
+    return pa.concat_tables(parts), machines
+
+
+def _check_holdout(holdout: Holdout, present: dict[str, set[str]]) -> None:
+    for key, names in (("machine", holdout.machines), ("workload", holdout.workloads)):
+        missing = [n for n in names if n not in present[key]]
+        if missing:
+            raise ContractError(f"--holdout-{key} '{missing[0]}': no episode of that {key} in the raw data (have: {', '.join(sorted(present[key]))})")
+
+
+def _manifest(table: pa.Table, raw: list[Path], val: float, test: float, holdout: Holdout) -> dict[str, object]:
+    """What the dataset holds, for humans and for checks: counts per split / source, hold-out groups."""
+    return {
+        "raw": [str(p) for p in raw], "val": val, "test": test,
+        "holdout": {"machines": list(holdout.machines), "workloads": list(holdout.workloads)},
+        "episodes": dict(Counter(table["split"].to_pylist())),
+        "sources": dict(Counter(table["source"].to_pylist())),
+        "kinds": dict(Counter(table["schedule_kind"].to_pylist())),
+    }  # fmt: skip
 
 
 def load_tokens(path: Path) -> tuple[pa.Table, Stats, dict[str, Machine]]:
@@ -149,9 +206,12 @@ def build_command(
     machines: Annotated[Optional[Path], typer.Option(help="Directory of descriptors for non-simulated machines.")] = None,
     min_tile_rows: Annotated[int, typer.Option(help="Pad the core tile to at least this many nodes.")] = 0,
     min_tile_cols: Annotated[int, typer.Option(help="Pad the core tile to at least this many workers per node.")] = 0,
+    holdout_machine: Annotated[Optional[list[str]], typer.Option(help="Leave this machine out: its episodes get split 'holdout' (repeatable).")] = None,
+    holdout_workload: Annotated[Optional[list[str]], typer.Option(help="Leave this workload out: its episodes get split 'holdout' (repeatable).")] = None,
 ) -> None:
-    """Tokenise raw snapshots into a dataset (tokens.parquet + stats.json + machines/)."""
-    stats = build(raw, output, val, test, machines, (min_tile_rows, min_tile_cols))
+    """Tokenise raw snapshots into a dataset (tokens.parquet + stats.json + dataset.json + machines/)."""
+    holdout = Holdout(tuple(holdout_machine or ()), tuple(holdout_workload or ()))
+    stats = build(raw, output, val, test, machines, (min_tile_rows, min_tile_cols), holdout)
     n = pq.read_metadata(output / "tokens.parquet").num_rows
     typer.echo(f"{output}: {n} episodes, tile {stats.tile_rows}x{stats.tile_cols}, {len(stats.best_return)} machine|workload cells")
 

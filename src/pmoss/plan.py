@@ -36,6 +36,8 @@ class Pool(BaseModel):
     n_records: PositiveInt = 10_000_000
     window_s: PositiveFloat = 10.0
     seed: int = 0
+    # machine -> testbed host: those episodes run only on that host (Ray resource `host:<name>`)
+    hosts: dict[str, str] = {}
 
     @field_validator("workloads")
     @classmethod
@@ -63,6 +65,15 @@ class Pool(BaseModel):
         bad = [k for k in self.shared_kinds if k not in SHARED_KINDS]
         if bad:
             raise ValueError(f"shared_kinds: '{bad[0]}' is not one of {', '.join(SHARED_KINDS)}")
+        return self._hosts()
+
+    def _hosts(self) -> Pool:
+        stray = [m for m in self.hosts if m not in self.machines]
+        if stray:
+            raise ValueError(f"hosts: machine '{stray[0]}' is not in machines ({', '.join(self.machines)})")
+        unbound = [m for m in self.machines if m not in self.hosts]
+        if self.backend == "runtime" and unbound:
+            raise ValueError(f"hosts: backend 'runtime' runs on real testbed hosts; machine '{unbound[0]}' has no host")
         return self
 
 
@@ -81,6 +92,12 @@ class EpisodeSpec(BaseModel):
     n_records: int
     window_s: float
     backend: Backend
+    host: str | None = None  # testbed host the episode must run on; None = anywhere
+
+    @property
+    def cell(self) -> tuple[str, str, str, int, int, float, str, str | None]:
+        """Episodes with the same cell can share one backend call (and one output file)."""
+        return (self.machine, self.workload, self.dataset, self.n_slices, self.n_records, self.window_s, self.backend, self.host)
 
 
 def load_pool(path: Path, **overrides: object) -> Pool:
@@ -116,5 +133,6 @@ def expand(pool: Pool) -> list[EpisodeSpec]:
                         machine=machine, workload=workload, dataset=dataset, kind=kind,
                         schedule_seed=0 if kind in SHARED_KINDS else s, seed=s, run_index=i,
                         n_slices=pool.n_slices, n_records=pool.n_records, window_s=pool.window_s, backend=pool.backend,
+                        host=pool.hosts.get(machine),
                     ))  # fmt: skip
     return specs
