@@ -1,0 +1,361 @@
+/*
+ * P-MOSS native runtime — public C API.
+ *
+ * Objects (all opaque, created and destroyed through this API):
+ *   pm_tree      one OLC B+-tree (uint64 keys and values) whose nodes come
+ *                from its own arena, so its pages can be placed and migrated.
+ *   pm_schedule  a spatial schedule (DESIGN §4.2): kind + per-slice node/core.
+ *   pm_workload  a deterministic query generator (YCSB-style mixes).
+ *   pm_runtime   N slices (one pm_tree each) served by pinned router, worker
+ *                and sweeper threads under a schedule.
+ *
+ * Conventions: functions return 0 or -errno; a failed call leaves the object
+ * unchanged; outputs go through trailing pointer parameters. Where a call
+ * takes `char *err, size_t err_len`, a human-readable reason is written there
+ * on failure (NUL-terminated, truncated to err_len; err may be NULL).
+ */
+#ifndef PMOSS_RUNTIME_H
+#define PMOSS_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ tree */
+
+/* Largest and default leaf capacity (entries per leaf). */
+#define PM_LEAF_CAPACITY_MAX 255u
+
+typedef struct pm_tree pm_tree;
+
+/* Per-operation work counters; every tree call that takes one ADDS to it. */
+typedef struct pm_op_stats {
+    uint64_t nodes_visited; /* nodes read, restarts included */
+    uint64_t keys_scanned;  /* entries returned by scans */
+} pm_op_stats;
+
+/* Result of moving a tree's (or a slice's) pages to a NUMA node. */
+typedef struct pm_migration_report {
+    uint64_t slices_moved;  /* slices whose node changed (runtime only) */
+    uint64_t pages_moved;   /* pages now on the target node */
+    uint64_t pages_failed;  /* pages move_pages reported an error for */
+    uint64_t pages_absent;  /* reserved, never touched (-ENOENT/-EFAULT) */
+    double seconds;         /* wall time spent in move_pages */
+} pm_migration_report;
+
+/* Placement of a tree's memory besides a node id >= 0. */
+#define PM_NODE_OS_DEFAULT (-1)  /* no binding: first touch */
+#define PM_NODE_INTERLEAVE (-2)  /* pages interleaved over all nodes */
+
+/* Create an empty tree. leaf_capacity in [4, PM_LEAF_CAPACITY_MAX] (0 picks
+ * 255). node >= 0 binds the tree's memory to that NUMA node; or
+ * PM_NODE_OS_DEFAULT / PM_NODE_INTERLEAVE. The caller owns *out and frees it
+ * with pm_tree_destroy. Returns 0, -EINVAL (bad capacity/node) or -ENOMEM. */
+int pm_tree_create(unsigned leaf_capacity, int node, pm_tree **out);
+
+/* Free the tree and all its nodes. No other thread may use the tree during
+ * or after the call. NULL is accepted. Cannot fail. */
+void pm_tree_destroy(pm_tree *tree);
+
+/* Find key. Thread-safe against concurrent inserts, updates and scans.
+ * Writes the value to *value (may be NULL). stats may be NULL.
+ * Returns 0 if found, -ENOENT otherwise. */
+int pm_tree_lookup(pm_tree *tree, uint64_t key, uint64_t *value, pm_op_stats *stats);
+
+/* Insert key -> value; an existing key has its value replaced (upsert).
+ * Thread-safe. *replaced (may be NULL) is set to 1 if the key existed.
+ * Returns 0 or -ENOMEM (the tree is unchanged then). */
+int pm_tree_insert(pm_tree *tree, uint64_t key, uint64_t value, int *replaced,
+                   pm_op_stats *stats);
+
+/* Replace the value of an existing key. Thread-safe.
+ * Returns 0, or -ENOENT if the key is absent (nothing is inserted). */
+int pm_tree_update(pm_tree *tree, uint64_t key, uint64_t value, pm_op_stats *stats);
+
+/* Copy up to max entries with key >= start, in ascending key order, into
+ * keys[] / values[] (either may be NULL to only count). Thread-safe: every
+ * key present for the whole call is returned exactly once, in order.
+ * *n_out receives the number of entries copied. Returns 0 (cannot fail). */
+int pm_tree_scan(pm_tree *tree, uint64_t start, size_t max, uint64_t *keys,
+                 uint64_t *values, size_t *n_out, pm_op_stats *stats);
+
+/* Build the tree from n strictly increasing keys (values[i] belongs to
+ * keys[i]; values NULL stores the key as value). Leaves are filled to
+ * fill_percent (1..100; 0 picks 100) of leaf capacity. Not thread-safe: call
+ * before sharing the tree. Returns 0, -EEXIST if the tree is not empty,
+ * -EINVAL if keys are not strictly increasing, -ENOMEM. */
+int pm_tree_bulk_load(pm_tree *tree, const uint64_t *keys, const uint64_t *values,
+                      size_t n, unsigned fill_percent);
+
+/* Number of keys (exact when no insert runs concurrently). Thread-safe. */
+uint64_t pm_tree_size(pm_tree *tree);
+
+/* Move every page of the tree to NUMA node `node` (move_pages) and bind its
+ * future allocations there; PM_NODE_INTERLEAVE spreads pages round-robin
+ * over the nodes, PM_NODE_OS_DEFAULT only drops the binding (no move).
+ * Thread-safe, may run while queries run. Adds its counts to *report (may be
+ * NULL). Returns 0, -EINVAL (no such node) or the -errno of move_pages/mbind. */
+int pm_tree_migrate(pm_tree *tree, int node, pm_migration_report *report);
+
+/* Count the tree's resident pages per NUMA node: counts[i] += pages on node i
+ * for i < n_counts. Thread-safe. Returns 0 or the -errno of move_pages. */
+int pm_tree_page_nodes(pm_tree *tree, uint64_t *counts, int n_counts);
+
+/* -------------------------------------------------------------- schedule */
+
+/* Schedule kinds, named as in datasets and plots (DESIGN §4.2). */
+typedef enum pm_schedule_kind {
+    PM_KIND_OS_DEFAULT = 0, /* "os-default": first touch, any worker */
+    PM_KIND_OS_INTERLEAVE,  /* "os-interleave": interleaved pages, any worker */
+    PM_KIND_SE_NUMA,        /* "se-numa": slice on node[i], any worker */
+    PM_KIND_SN_NUMA,        /* "sn-numa": any worker on node[i] */
+    PM_KIND_SN_GROUPED,     /* "sn-grouped" ... "learned": exactly core[i] */
+    PM_KIND_SN_SPREAD,
+    PM_KIND_SN_MIXED,
+    PM_KIND_SN_RANDOM,
+    PM_KIND_LEARNED,
+    PM_KIND_COUNT
+} pm_schedule_kind;
+
+typedef struct pm_schedule pm_schedule;
+
+/* Name <-> kind. pm_schedule_kind_name returns NULL for an unknown kind;
+ * pm_schedule_kind_parse returns 0 and sets *kind, or -EINVAL. Pure. */
+const char *pm_schedule_kind_name(pm_schedule_kind kind);
+int pm_schedule_kind_parse(const char *name, pm_schedule_kind *kind);
+
+/* 1 if every slice of this kind runs on exactly one core, else 0. Pure. */
+int pm_schedule_kind_is_one_core(pm_schedule_kind kind);
+
+/* Build a schedule from arrays of n_slices node ids and core ids (copied).
+ * Only the shape is checked here (n_slices > 0, valid kind); machine
+ * consistency is checked by pm_runtime_set_schedule. machine may be NULL.
+ * Caller owns *out (pm_schedule_destroy). Returns 0, -EINVAL, -ENOMEM. */
+int pm_schedule_create(pm_schedule_kind kind, unsigned n_slices, const int *node,
+                       const int *core, const char *machine, pm_schedule **out);
+
+/* Parse the JSON schedule contract (DESIGN §4.2):
+ * {"schema_version":1,"machine":S,"n_slices":N,"kind":S,"node":[N ints],
+ *  "core":[N ints],"provenance":{...}}. Strict: unknown or duplicate fields,
+ * wrong types, wrong lengths and trailing bytes are errors whose message
+ * names the field (and the slice for array entries). Caller owns *out.
+ * Returns 0, -EINVAL (message in err) or -ENOMEM. Thread-safe. */
+int pm_schedule_parse_json(const char *text, size_t len, pm_schedule **out,
+                           char *err, size_t err_len);
+
+/* Read and parse a schedule file (as pm_schedule_parse_json; -errno of the
+ * read on I/O failure). */
+int pm_schedule_load_file(const char *path, pm_schedule **out, char *err, size_t err_len);
+
+/* Accessors; pointers stay valid until pm_schedule_destroy. Cannot fail. */
+pm_schedule_kind pm_schedule_kind_of(const pm_schedule *s);
+unsigned pm_schedule_n_slices(const pm_schedule *s);
+const int *pm_schedule_nodes(const pm_schedule *s);
+const int *pm_schedule_cores(const pm_schedule *s);
+const char *pm_schedule_machine(const pm_schedule *s);
+
+/* Free a schedule. NULL is accepted. */
+void pm_schedule_destroy(pm_schedule *s);
+
+/* -------------------------------------------------------------- workload */
+
+typedef enum pm_op { PM_OP_READ = 0, PM_OP_UPDATE, PM_OP_INSERT, PM_OP_SCAN } pm_op;
+
+typedef struct pm_query {
+    uint64_t key;
+    uint64_t value;    /* update/insert value; scan: number of keys wanted */
+    uint32_t slice;    /* filled in by the router */
+    uint8_t op;        /* pm_op */
+} pm_query;
+
+/* A workload: op mix + key distribution. Names are the lowercase names used
+ * by the Python side and the simulator:
+ *   mix: ycsb-a ycsb-b ycsb-c ycsb-d ycsb-e scan rsi-20-30-50 rsi-25-50-25
+ *   distribution: uniform zipf latest hotspot (NULL = the mix's default:
+ *                 latest for ycsb-d, zipf otherwise); zipf is scrambled.
+ *   dataset: dense uniform clustered (see pm_dataset_generate). */
+typedef struct pm_workload_spec {
+    const char *mix;
+    const char *distribution;
+    double zipf_theta;          /* 0 picks 0.99 */
+    double hotspot_data;        /* hot set fraction, 0 picks 0.2 */
+    double hotspot_ops;         /* ops going to the hot set, 0 picks 0.8 */
+    uint32_t scan_min;          /* scan length uniform in [scan_min, scan_max]; */
+    uint32_t scan_max;          /* 0/0 picks 1..100 */
+    uint64_t seed;
+} pm_workload_spec;
+
+typedef struct pm_workload pm_workload;
+
+/* Create a generator over the n sorted keys of the loaded data set (the array
+ * is borrowed and must outlive the generator). stream makes independent
+ * deterministic streams (one per router, stream < 64); inserts of stream s never collide
+ * with another stream's inserts for the dense dataset. Caller owns *out.
+ * Not thread-safe: one generator per thread. Returns 0, -EINVAL (message in
+ * err: unknown name or bad parameter) or -ENOMEM. */
+int pm_workload_create(const pm_workload_spec *spec, const char *dataset,
+                       const uint64_t *keys, uint64_t n, uint32_t stream, pm_workload **out,
+                       char *err, size_t err_len);
+
+/* Produce the next query (slice left 0). Deterministic for (spec, dataset,
+ * keys, stream). Returns 0 or -ENOMEM (insert history could not grow). */
+int pm_workload_next(pm_workload *w, pm_query *q);
+
+void pm_workload_destroy(pm_workload *w);
+
+/* Generate n distinct keys of a dataset ("dense": 0..n-1; "uniform": random
+ * 64-bit; "clustered": runs of nearby keys around random centres, like map
+ * cell ids), sorted ascending, into keys[n]. Deterministic by seed.
+ * Returns 0, -EINVAL (unknown dataset) or -ENOMEM. */
+int pm_dataset_generate(const char *dataset, uint64_t n, uint64_t seed, uint64_t *keys);
+
+/* --------------------------------------------------------------- probes */
+
+/* A probe value (and thus a slice stat) that the host cannot measure. A
+ * stat is unavailable if any of its readings was: it is reported as this
+ * value (null on the Python side), never as 0. */
+#define PM_STAT_UNAVAILABLE UINT64_MAX
+
+/* Per-worker counter probe implemented by the collector. open() runs on the
+ * worker's thread after it is pinned to worker_cpu and returns 0 or -errno;
+ * read() writes n_values cumulative counter values; close() frees state.
+ * The runtime reads the probe at the boundaries of consecutive same-slice
+ * query batches and adds the delta to that slice's stats. n_values <= 64. */
+typedef struct pm_probe_ops {
+    int (*open)(void *ctx, int worker_cpu, void **state);
+    void (*read)(void *state, uint64_t *values);
+    void (*close)(void *state);
+    int n_values;
+    const char *const *names;
+} pm_probe_ops;
+
+/* --------------------------------------------------------------- runtime */
+
+typedef enum pm_boundaries {
+    PM_BOUNDARIES_EQUAL_COUNT = 0, /* each slice gets ~n_keys/n_slices keys */
+    PM_BOUNDARIES_EQUAL_WIDTH = 1  /* equal key-range width over [min, max] */
+} pm_boundaries;
+
+typedef struct pm_runtime_config {
+    uint64_t n_keys;           /* keys loaded at create */
+    const char *dataset;       /* "dense" | "uniform" | "clustered" */
+    uint64_t seed;             /* dataset seed */
+    unsigned n_slices;         /* default 256 */
+    pm_boundaries boundaries;  /* default equal count */
+    unsigned leaf_capacity;    /* default 255 */
+    unsigned batch_queries;    /* probe granularity, default 100 */
+    unsigned queue_capacity;   /* per worker, power of two, default 1024 */
+    unsigned routers_per_node; /* default 1 */
+    unsigned max_workers;      /* 0 = one worker per usable CPU */
+    int share_cpus;            /* -1 auto (share when < 4 CPUs per node),
+                                  0 reserve router/sweeper CPUs, 1 share */
+    const pm_probe_ops *probe; /* NULL: only the runtime's own counts */
+    void *probe_ctx;
+} pm_runtime_config;
+
+/* Fill cfg with the defaults above (n_keys 1e6, dataset "dense", seed 1). */
+void pm_runtime_config_init(pm_runtime_config *cfg);
+
+typedef struct pm_runtime pm_runtime;
+
+/* Generate and bulk-load the data set, cut it into slices and set an
+ * os-default schedule. Caller owns *out (pm_runtime_destroy). The config
+ * and probe ops are copied; probe_ctx must outlive the runtime.
+ * Returns 0, -EINVAL (message in err) or -ENOMEM. */
+int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err,
+                      size_t err_len);
+
+/* Stop a running workload if any and free everything. NULL accepted. */
+void pm_runtime_destroy(pm_runtime *rt);
+
+/* Topology seen by the runtime. Cannot fail; thread-safe. */
+unsigned pm_runtime_n_slices(const pm_runtime *rt);
+int pm_runtime_n_nodes(const pm_runtime *rt);
+/* Worker CPUs (ids usable in a one-core schedule): writes up to cap ids,
+ * returns how many exist. */
+unsigned pm_runtime_worker_cpus(const pm_runtime *rt, int *cpus, unsigned cap);
+/* NUMA node of a CPU, or -1 if the CPU is not usable. */
+int pm_runtime_cpu_node(const pm_runtime *rt, int cpu);
+/* Slice boundaries: lower[i] is the smallest key routed to slice i
+ * (lower[0] = 0). Writes n_slices values. */
+void pm_runtime_slice_bounds(const pm_runtime *rt, uint64_t *lower);
+/* Slice that owns key (binary search over boundaries). */
+unsigned pm_runtime_slice_of(const pm_runtime *rt, uint64_t key);
+
+/* Check a schedule against this runtime and machine without applying it.
+ * Returns 0 or -EINVAL with a message naming the first bad slice, e.g.
+ * "slice 17: core 9 is on node 1 but the schedule says node 0". Thread-safe. */
+int pm_runtime_check_schedule(const pm_runtime *rt, const pm_schedule *s, char *err,
+                              size_t err_len);
+
+/* Enforce a schedule, also while a workload runs: validate (as above; on
+ * failure the old schedule keeps running), migrate every page of every slice
+ * whose node changed, then swap routing atomically (RCU: queries already
+ * queued finish where they are; none is lost or run twice). The schedule is
+ * copied. report (may be NULL) receives the migration counts. Serialised
+ * against other set_schedule/start/stop calls by an internal mutex.
+ * Returns 0, -EINVAL, -ENOMEM. Pages move_pages could not move are counted
+ * in *report, not an error. If mbind/move_pages itself fails for a slice
+ * (-errno, message names the slice), the slices migrated before it stay
+ * where they are now — pages cannot be un-moved atomically — and routing
+ * stays on the old schedule. */
+int pm_runtime_set_schedule(pm_runtime *rt, const pm_schedule *s,
+                            pm_migration_report *report, char *err, size_t err_len);
+
+/* Start routers (each with its own pm_workload stream), workers and sweepers.
+ * Returns 0, -EBUSY (already running), -EINVAL (bad spec, message in err),
+ * -ENOMEM, or the -errno of a probe open (nothing keeps running then). */
+int pm_runtime_start(pm_runtime *rt, const pm_workload_spec *spec, char *err,
+                     size_t err_len);
+
+/* Totals of one run (start..stop). */
+typedef struct pm_run_result {
+    uint64_t dispatched;   /* queries routers handed to workers */
+    uint64_t completed;    /* queries workers finished */
+    double seconds;        /* start to the moment routers stopped */
+    double throughput;     /* completed / seconds */
+} pm_run_result;
+
+/* Stop routers, let workers drain their queues (every dispatched query
+ * completes), join all threads and do a final sweep. slice_queries (may be
+ * NULL) receives n_slices per-slice completed-query counts of this run.
+ * Returns 0 or -EINVAL if not running. */
+int pm_runtime_stop(pm_runtime *rt, pm_run_result *result, uint64_t *slice_queries);
+
+/* start + sleep(seconds) + stop. */
+int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
+                   pm_run_result *result, uint64_t *slice_queries, char *err,
+                   size_t err_len);
+
+/* Stats per slice: own counts first ("queries", "nodes_visited",
+ * "keys_scanned"), then the probe's values. Cumulative since create. */
+unsigned pm_runtime_n_stats(const pm_runtime *rt);
+const char *pm_runtime_stat_name(const pm_runtime *rt, unsigned i);
+
+/* Copy the latest swept snapshot, n_slices x n_stats row-major, into values
+ * (capacity cap entries). While running, waits for a sweep round that began
+ * after the call. Thread-safe. Returns 0 or -ENOSPC if cap is too small. */
+int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap);
+
+/* Direct single-query access from the calling thread (tests, tools); routed
+ * to the owning slice's tree. Same semantics as the pm_tree calls. A scan
+ * continues across slices. Thread-safe. */
+int pm_runtime_lookup(pm_runtime *rt, uint64_t key, uint64_t *value);
+int pm_runtime_insert(pm_runtime *rt, uint64_t key, uint64_t value);
+int pm_runtime_scan(pm_runtime *rt, uint64_t start, size_t max, uint64_t *keys,
+                    uint64_t *values, size_t *n_out);
+
+/* Pages of slice i per NUMA node (counts[n] += pages on node n). */
+int pm_runtime_slice_page_nodes(pm_runtime *rt, unsigned slice, uint64_t *counts,
+                                int n_counts);
+
+/* Total keys over all slices (exact when nothing inserts concurrently). */
+uint64_t pm_runtime_n_keys(pm_runtime *rt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PMOSS_RUNTIME_H */

@@ -1,0 +1,254 @@
+/* pmoss-runtime: load a data set, enforce a schedule, run a workload and
+ * print per-slice and total throughput; optionally switch schedules mid-run. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pmoss/runtime.h"
+#ifdef PMOSS_HAVE_COLLECTOR
+#include "pmoss/collector.h"
+/* The hook instance is defined in collector/src/probe_ops.c (not in its header). */
+extern const pm_probe_ops pm_collector_probe_ops;
+#endif
+
+static const char usage[] =
+    "usage: pmoss-runtime [options]\n"
+    "Load keys into an OLC B+-tree cut into slices, enforce a spatial schedule,\n"
+    "run a workload and print per-slice and total throughput.\n"
+    "\n"
+    "data:\n"
+    "  --keys K               keys to load (default 1000000)\n"
+    "  --dataset NAME         dense | uniform | clustered (default dense)\n"
+    "  --seed S               dataset seed (default 1)\n"
+    "  --slices N             number of slices (default 256)\n"
+    "  --equal-width          equal key-range slices (default: equal key counts)\n"
+    "  --leaf-capacity C      entries per leaf, 4..255 (default 255)\n"
+    "threads:\n"
+    "  --routers-per-node R   (default 1)\n"
+    "  --max-workers W        cap on worker threads (default: one per usable CPU)\n"
+    "  --share-cpus auto|yes|no  let routers/sweepers share worker CPUs (default auto)\n"
+    "  --queue Q              per-worker queue capacity, power of two (default 1024)\n"
+    "  --batch B              probe granularity in queries (default 100)\n"
+    "schedule:\n"
+    "  --schedule FILE        schedule JSON (DESIGN 4.2); default os-default\n"
+    "  --switch-schedule FILE enforce this schedule during the run ...\n"
+    "  --switch-at SECONDS    ... this many seconds after the start (default T/2)\n"
+    "workload:\n"
+    "  --workload MIX         ycsb-a ycsb-b ycsb-c ycsb-d ycsb-e scan rsi-20-30-50\n"
+    "                         rsi-25-50-25 (default ycsb-c)\n"
+    "  --distribution D       uniform | zipf | latest | hotspot (default: per mix)\n"
+    "  --theta X              zipf theta (default 0.99)\n"
+    "  --scan-min N --scan-max M  scan length range (default 1..100)\n"
+    "  --workload-seed S      (default 1)\n"
+    "  --seconds T            run time (default 5)\n"
+    "probe (when built with the collector):\n"
+    "  --probe auto|software|hardware  read per-slice counters every --batch queries\n"
+    "output:\n"
+    "  --per-slice            print one CSV line per slice (queries and every stat)\n"
+    "  --show-topology        print worker CPUs and their nodes, then exit\n"
+    "  --help\n";
+
+static void sleep_s(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int load_and_set(pm_runtime *rt, const char *path, const char *when)
+{
+    char err[512];
+    pm_schedule *s;
+    if (pm_schedule_load_file(path, &s, err, sizeof err) != 0) {
+        fprintf(stderr, "pmoss-runtime: %s\n", err);
+        return 1;
+    }
+    pm_migration_report rep;
+    int rc = pm_runtime_set_schedule(rt, s, &rep, err, sizeof err);
+    if (rc == 0)
+        printf("schedule %s (%s, machine %s) %s: %llu slices moved, %llu pages moved, "
+               "%llu failed, %llu untouched, %.3f s in move_pages\n",
+               path, pm_schedule_kind_name(pm_schedule_kind_of(s)), pm_schedule_machine(s), when,
+               (unsigned long long)rep.slices_moved, (unsigned long long)rep.pages_moved,
+               (unsigned long long)rep.pages_failed, (unsigned long long)rep.pages_absent,
+               rep.seconds);
+    else
+        fprintf(stderr, "pmoss-runtime: %s: rejected, previous schedule kept: %s\n", path, err);
+    pm_schedule_destroy(s);
+    return rc != 0;
+}
+
+enum {
+    O_KEYS = 256, O_DATASET, O_SEED, O_SLICES, O_EQW, O_LEAF, O_ROUTERS, O_WORKERS, O_SHARE,
+    O_QUEUE, O_BATCH, O_SCHED, O_SWITCH, O_SWITCH_AT, O_WORKLOAD, O_DIST, O_THETA, O_SMIN,
+    O_SMAX, O_WSEED, O_SECONDS, O_PER_SLICE, O_TOPO, O_PROBE, O_HELP
+};
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"keys", 1, 0, O_KEYS},         {"dataset", 1, 0, O_DATASET},
+        {"seed", 1, 0, O_SEED},         {"slices", 1, 0, O_SLICES},
+        {"equal-width", 0, 0, O_EQW},   {"leaf-capacity", 1, 0, O_LEAF},
+        {"routers-per-node", 1, 0, O_ROUTERS}, {"max-workers", 1, 0, O_WORKERS},
+        {"share-cpus", 1, 0, O_SHARE},  {"queue", 1, 0, O_QUEUE},
+        {"batch", 1, 0, O_BATCH},       {"schedule", 1, 0, O_SCHED},
+        {"switch-schedule", 1, 0, O_SWITCH}, {"switch-at", 1, 0, O_SWITCH_AT},
+        {"workload", 1, 0, O_WORKLOAD}, {"distribution", 1, 0, O_DIST},
+        {"theta", 1, 0, O_THETA},       {"scan-min", 1, 0, O_SMIN},
+        {"scan-max", 1, 0, O_SMAX},     {"workload-seed", 1, 0, O_WSEED},
+        {"seconds", 1, 0, O_SECONDS},   {"per-slice", 0, 0, O_PER_SLICE},
+        {"show-topology", 0, 0, O_TOPO}, {"probe", 1, 0, O_PROBE},
+        {"help", 0, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    pm_runtime_config cfg;
+    pm_runtime_config_init(&cfg);
+    pm_workload_spec spec = {.mix = "ycsb-c", .seed = 1};
+    const char *sched = NULL, *switch_sched = NULL;
+    double seconds = 5, switch_at = -1;
+    int per_slice = 0, show_topo = 0, o;
+    const char *probe = NULL;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case O_KEYS: cfg.n_keys = strtoull(optarg, NULL, 0); break;
+        case O_DATASET: cfg.dataset = optarg; break;
+        case O_SEED: cfg.seed = strtoull(optarg, NULL, 0); break;
+        case O_SLICES: cfg.n_slices = (unsigned)strtoul(optarg, NULL, 0); break;
+        case O_EQW: cfg.boundaries = PM_BOUNDARIES_EQUAL_WIDTH; break;
+        case O_LEAF: cfg.leaf_capacity = (unsigned)strtoul(optarg, NULL, 0); break;
+        case O_ROUTERS: cfg.routers_per_node = (unsigned)strtoul(optarg, NULL, 0); break;
+        case O_WORKERS: cfg.max_workers = (unsigned)strtoul(optarg, NULL, 0); break;
+        case O_SHARE:
+            if (strcmp(optarg, "auto") && strcmp(optarg, "yes") && strcmp(optarg, "no")) {
+                fprintf(stderr, "pmoss-runtime: --share-cpus takes auto, yes or no\n");
+                return 2;
+            }
+            cfg.share_cpus = !strcmp(optarg, "auto") ? -1 : !strcmp(optarg, "yes");
+            break;
+        case O_QUEUE: cfg.queue_capacity = (unsigned)strtoul(optarg, NULL, 0); break;
+        case O_BATCH: cfg.batch_queries = (unsigned)strtoul(optarg, NULL, 0); break;
+        case O_SCHED: sched = optarg; break;
+        case O_SWITCH: switch_sched = optarg; break;
+        case O_SWITCH_AT: switch_at = strtod(optarg, NULL); break;
+        case O_WORKLOAD: spec.mix = optarg; break;
+        case O_DIST: spec.distribution = optarg; break;
+        case O_THETA: spec.zipf_theta = strtod(optarg, NULL); break;
+        case O_SMIN: spec.scan_min = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case O_SMAX: spec.scan_max = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case O_WSEED: spec.seed = strtoull(optarg, NULL, 0); break;
+        case O_SECONDS: seconds = strtod(optarg, NULL); break;
+        case O_PER_SLICE: per_slice = 1; break;
+        case O_TOPO: show_topo = 1; break;
+        case O_PROBE: probe = optarg; break;
+        case O_HELP: fputs(usage, stdout); return 0;
+        default: fputs(usage, stderr); return 2;
+        }
+    }
+    if (optind < argc || seconds <= 0) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    if (switch_at < 0)
+        switch_at = seconds / 2;
+    if (switch_sched && switch_at > seconds) {
+        fprintf(stderr, "pmoss-runtime: --switch-at %.3f is after the end of the run\n", switch_at);
+        return 2;
+    }
+
+#ifdef PMOSS_HAVE_COLLECTOR
+    pm_probe_config probe_cfg = {PM_MODE_AUTO, NULL, 0};
+    if (probe) {
+        if (!strcmp(probe, "software"))
+            probe_cfg.mode = PM_MODE_SOFTWARE;
+        else if (!strcmp(probe, "hardware"))
+            probe_cfg.mode = PM_MODE_HARDWARE;
+        else if (strcmp(probe, "auto")) {
+            fprintf(stderr, "pmoss-runtime: --probe takes auto, software or hardware\n");
+            return 2;
+        }
+        cfg.probe = &pm_collector_probe_ops;
+        cfg.probe_ctx = &probe_cfg;
+    }
+#else
+    if (probe) {
+        fprintf(stderr, "pmoss-runtime: built without the collector, --probe is unavailable\n");
+        return 2;
+    }
+#endif
+    char err[512];
+    pm_runtime *rt;
+    int rc = pm_runtime_create(&cfg, &rt, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "pmoss-runtime: %s\n", err);
+        return 1;
+    }
+    if (show_topo) {
+        int cpus[4096];
+        unsigned n = pm_runtime_worker_cpus(rt, cpus, 4096);
+        printf("nodes %d, worker CPUs %u:", pm_runtime_n_nodes(rt), n);
+        for (unsigned i = 0; i < n && i < 4096; i++)
+            printf(" %d(node %d)", cpus[i], pm_runtime_cpu_node(rt, cpus[i]));
+        printf("\n");
+        pm_runtime_destroy(rt);
+        return 0;
+    }
+    if (sched && load_and_set(rt, sched, "enforced before the run")) {
+        pm_runtime_destroy(rt);
+        return 1;
+    }
+    if ((rc = pm_runtime_start(rt, &spec, err, sizeof err)) != 0) {
+        fprintf(stderr, "pmoss-runtime: %s\n", err);
+        pm_runtime_destroy(rt);
+        return 1;
+    }
+    int status = 0;
+    if (switch_sched) {
+        sleep_s(switch_at);
+        char when[64];
+        snprintf(when, sizeof when, "enforced at %.3f s", switch_at);
+        status = load_and_set(rt, switch_sched, when);
+        sleep_s(seconds - switch_at);
+    } else {
+        sleep_s(seconds);
+    }
+    unsigned n = pm_runtime_n_slices(rt);
+    uint64_t *q = calloc(n, sizeof *q);
+    pm_run_result res;
+    pm_runtime_stop(rt, &res, q);
+    if (per_slice) {
+        /* stats are cumulative since create: with one run they are this run's */
+        unsigned ns = pm_runtime_n_stats(rt);
+        uint64_t *snap = malloc((size_t)n * ns * sizeof *snap);
+        if (snap && pm_runtime_snapshot(rt, snap, (size_t)n * ns) == 0) {
+            printf("slice,queries_per_s");
+            for (unsigned j = 0; j < ns; j++)
+                printf(",%s", pm_runtime_stat_name(rt, j));
+            printf("\n");
+            for (unsigned i = 0; i < n; i++) {
+                printf("%u,%.1f", i, (double)q[i] / res.seconds);
+                for (unsigned j = 0; j < ns; j++) {
+                    uint64_t v = snap[(size_t)i * ns + j];
+                    if (v == PM_STAT_UNAVAILABLE)
+                        printf(",");
+                    else
+                        printf(",%llu", (unsigned long long)v);
+                }
+                printf("\n");
+            }
+        }
+        free(snap);
+    }
+    printf("workload %s: %llu queries in %.3f s = %.0f queries/s (dispatched %llu, %u slices)\n",
+           spec.mix, (unsigned long long)res.completed, res.seconds, res.throughput,
+           (unsigned long long)res.dispatched, n);
+    free(q);
+    pm_runtime_destroy(rt);
+    return status;
+}

@@ -1,0 +1,1127 @@
+/* The runtime: slices over per-slice trees, pinned router / worker / sweeper
+ * threads, schedule enforcement (validate -> migrate -> swap routing) and
+ * per-slice stats.
+ *
+ * Thread roles. Routers generate queries (one pm_workload stream each), find
+ * the slice by binary search over the boundaries and push each query into
+ * one worker's bounded queue, waiting while it is full. Workers execute
+ * queries FCFS and count per slice. Core sweepers (one per node) sum their
+ * node's worker tables; the off-core sweeper merges those into the published
+ * snapshot. On hosts too small to reserve CPUs, routers and sweepers run
+ * unpinned and every CPU runs a worker.
+ *
+ * Routing swaps are RCU-style: routers read the routing table inside an
+ * epoch section; pm_runtime_set_schedule swaps the pointer and frees the old
+ * table after a grace period. Queries already queued run where they were
+ * sent — every tree is safe for any thread — so none is lost or repeated. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <numa.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define N_OWN_STATS 3
+static const char *const own_stat_names[N_OWN_STATS] = {"queries", "nodes_visited",
+                                                        "keys_scanned"};
+#define PM_PROBE_MAX_VALUES 64
+#define ROUTE_BATCH 64       /* queries routed per epoch section */
+#define SWEEP_PERIOD_NS 5000000L
+
+typedef struct routing {
+    pm_schedule_kind kind;
+    uint32_t *target; /* one-core kinds: worker index; sn-numa: node */
+} routing;
+
+typedef struct worker {
+    int cpu, node;
+    unsigned idx;
+    pm_queue q;
+    _Atomic uint64_t *stats;     /* [slice][stat], written only by this worker */
+    _Atomic uint64_t completed;  /* written only by this worker */
+    uint64_t *scan_buf;
+    pthread_t th;
+    int probe_rc;
+    void *probe_state_ptr;
+    struct pm_runtime *rt;
+} worker;
+
+typedef struct router {
+    int cpu, node;
+    unsigned idx;
+    pm_workload *w;
+    pm_rng rng;
+    uint64_t rr;
+    _Atomic uint64_t dispatched;
+    _Atomic int failed;
+    pthread_t th;
+    struct pm_runtime *rt;
+} router;
+
+typedef struct sweeper {
+    int cpu, node; /* node -1: the off-core sweeper */
+    _Atomic uint64_t ack;
+    _Atomic uint64_t *partial; /* core sweepers: their node's sums */
+    pthread_t th;
+    struct pm_runtime *rt;
+} sweeper;
+
+struct pm_runtime {
+    pm_runtime_config cfg;
+    pm_probe_ops probe;
+    bool has_probe;
+    pm_topology topo;
+    bool shared_cpus;
+
+    unsigned n_slices;
+    uint64_t *lower;       /* slice i holds keys in [lower[i], lower[i+1]) */
+    uint64_t *slice_keys;  /* keys per slice at load (scan span estimate) */
+    pm_tree **trees;
+    int *slice_policy;     /* current arena policy per slice */
+    uint64_t *keys;        /* loaded keys, sorted: the generators' key space */
+    char dataset[32];
+    uint64_t n_loaded;
+
+    unsigned n_workers;
+    worker *workers;
+    int *cpu_worker;             /* CPU id -> worker index or -1 */
+    unsigned **node_workers;     /* per node: worker indexes */
+    unsigned *node_n_workers;
+    unsigned n_routers;
+    router *routers;
+    sweeper *sweepers;           /* n_nodes core sweepers, then the off-core one */
+
+    _Atomic(routing *) routing;
+    pm_epoch epoch;
+    pm_schedule *current;
+    pthread_mutex_t ctl;
+
+    unsigned n_stats;
+    const char **stat_names;
+
+    bool running;
+    _Atomic int routers_go, workers_stop, sweep_stop, workers_ready;
+    _Atomic uint64_t sweep_gen;
+    pm_workload_spec spec;
+    unsigned scan_max;
+    double t_start, t_stop;
+    uint64_t *run_base;
+
+    pthread_mutex_t snap_lock;
+    pthread_cond_t snap_cond;
+    uint64_t *published;
+    uint64_t published_round;
+};
+
+/* ------------------------------------------------------------ topology */
+
+static int discover_topology(pm_runtime *rt, char *err, size_t err_len)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        pm_errf(err, err_len, "sched_getaffinity failed");
+        return -errno;
+    }
+    int n_cpus = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            n_cpus = c + 1;
+    pm_topology *t = &rt->topo;
+    t->n_cpus = n_cpus;
+    t->n_nodes = pm_numa_nodes();
+    t->cpu_node = calloc((size_t)n_cpus, sizeof *t->cpu_node);
+    t->cpu_role = calloc((size_t)n_cpus, 1);
+    if (!t->cpu_node || !t->cpu_role)
+        return -ENOMEM;
+    bool numa = numa_available() >= 0;
+    for (int c = 0; c < n_cpus; c++) {
+        if (!CPU_ISSET(c, &set))
+            continue;
+        int node = numa ? numa_node_of_cpu(c) : 0;
+        t->cpu_node[c] = node >= 0 && node < t->n_nodes ? node : 0;
+        t->cpu_role[c] = PM_CPU_WORKER;
+    }
+    /* Reserve routers and one sweeper per node unless the host is too small
+     * (a node would keep fewer than 2 workers): then every CPU is a worker
+     * and routers/sweepers float. */
+    unsigned reserve = rt->cfg.routers_per_node + 1;
+    bool share = rt->cfg.share_cpus == 1;
+    if (rt->cfg.share_cpus == -1) {
+        for (int n = 0; n < t->n_nodes; n++) {
+            unsigned cpus = 0;
+            for (int c = 0; c < n_cpus; c++)
+                cpus += t->cpu_role[c] && t->cpu_node[c] == n;
+            if (cpus > 0 && cpus < reserve + 2)
+                share = true;
+        }
+    }
+    rt->shared_cpus = share;
+    if (!share) {
+        for (int n = 0; n < t->n_nodes; n++) {
+            unsigned taken = 0;
+            for (int c = 0; c < n_cpus && taken < reserve; c++) {
+                if (t->cpu_role[c] == PM_CPU_WORKER && t->cpu_node[c] == n) {
+                    t->cpu_role[c] = taken < rt->cfg.routers_per_node ? PM_CPU_ROUTER : PM_CPU_SWEEPER;
+                    taken++;
+                }
+            }
+        }
+    }
+    unsigned workers = 0;
+    for (int c = 0; c < n_cpus; c++) {
+        if (t->cpu_role[c] != PM_CPU_WORKER)
+            continue;
+        if (rt->cfg.max_workers && workers == rt->cfg.max_workers)
+            t->cpu_role[c] = PM_CPU_ABSENT;
+        else
+            workers++;
+    }
+    if (workers == 0) {
+        pm_errf(err, err_len, "no CPU left for workers");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Reserved CPU of a role on a node, or -1 (floating). */
+static int reserved_cpu(const pm_runtime *rt, int node, pm_cpu_role role, unsigned nth)
+{
+    for (int c = 0; c < rt->topo.n_cpus; c++)
+        if (rt->topo.cpu_role[c] == role && rt->topo.cpu_node[c] == node && nth-- == 0)
+            return c;
+    return -1;
+}
+
+static int setup_threads(pm_runtime *rt)
+{
+    const pm_topology *t = &rt->topo;
+    rt->cpu_worker = malloc((size_t)t->n_cpus * sizeof *rt->cpu_worker);
+    rt->node_workers = calloc((size_t)t->n_nodes, sizeof *rt->node_workers);
+    rt->node_n_workers = calloc((size_t)t->n_nodes, sizeof *rt->node_n_workers);
+    if (!rt->cpu_worker || !rt->node_workers || !rt->node_n_workers)
+        return -ENOMEM;
+    for (int c = 0; c < t->n_cpus; c++) {
+        rt->cpu_worker[c] = -1;
+        if (t->cpu_role[c] == PM_CPU_WORKER)
+            rt->cpu_worker[c] = (int)rt->n_workers++;
+    }
+    rt->workers = calloc(rt->n_workers, sizeof *rt->workers);
+    if (!rt->workers)
+        return -ENOMEM;
+    for (int n = 0; n < t->n_nodes; n++) {
+        rt->node_workers[n] = malloc((rt->n_workers + 1) * sizeof **rt->node_workers);
+        if (!rt->node_workers[n])
+            return -ENOMEM;
+    }
+    size_t table = (size_t)rt->n_slices * rt->n_stats;
+    for (int c = 0; c < t->n_cpus; c++) {
+        if (rt->cpu_worker[c] < 0)
+            continue;
+        worker *w = &rt->workers[rt->cpu_worker[c]];
+        w->cpu = c;
+        w->node = t->cpu_node[c];
+        w->idx = (unsigned)rt->cpu_worker[c];
+        w->rt = rt;
+        w->stats = calloc(table, sizeof *w->stats);
+        if (!w->stats)
+            return -ENOMEM;
+        int rc = pm_queue_init(&w->q, rt->cfg.queue_capacity);
+        if (rc)
+            return rc;
+        rt->node_workers[w->node][rt->node_n_workers[w->node]++] = w->idx;
+    }
+    /* Routers: routers_per_node on every node that has CPUs. */
+    unsigned nodes_with_cpus = 0;
+    for (int n = 0; n < t->n_nodes; n++) {
+        bool any = false;
+        for (int c = 0; c < t->n_cpus && !any; c++)
+            any = t->cpu_role[c] != PM_CPU_ABSENT && t->cpu_node[c] == n;
+        nodes_with_cpus += any;
+    }
+    rt->n_routers = rt->cfg.routers_per_node * (nodes_with_cpus ? nodes_with_cpus : 1);
+    rt->routers = calloc(rt->n_routers, sizeof *rt->routers);
+    rt->sweepers = calloc((size_t)t->n_nodes + 1, sizeof *rt->sweepers);
+    if (!rt->routers || !rt->sweepers)
+        return -ENOMEM;
+    unsigned r = 0;
+    for (int n = 0; n < t->n_nodes && r < rt->n_routers; n++) {
+        if (!rt->node_n_workers[n] && nodes_with_cpus)
+            continue;
+        for (unsigned k = 0; k < rt->cfg.routers_per_node; k++, r++) {
+            rt->routers[r] = (router){.cpu = reserved_cpu(rt, n, PM_CPU_ROUTER, k), .node = n,
+                                      .idx = r, .rt = rt};
+        }
+    }
+    rt->n_routers = r;
+    for (int n = 0; n <= t->n_nodes; n++) {
+        sweeper *s = &rt->sweepers[n];
+        s->node = n < t->n_nodes ? n : -1;
+        /* the off-core sweeper shares node 0's sweeper CPU */
+        s->cpu = reserved_cpu(rt, n < t->n_nodes ? n : 0, PM_CPU_SWEEPER, 0);
+        s->rt = rt;
+        if (s->node >= 0) {
+            s->partial = calloc(table, sizeof *s->partial);
+            if (!s->partial)
+                return -ENOMEM;
+        }
+    }
+    return pm_epoch_init(&rt->epoch, rt->n_routers);
+}
+
+/* --------------------------------------------------------------- slices */
+
+unsigned pm_runtime_slice_of(const pm_runtime *rt, uint64_t key)
+{
+    /* largest i with lower[i] <= key; lower[0] == 0 */
+    unsigned lo = 0, hi = rt->n_slices;
+    while (hi - lo > 1) {
+        unsigned mid = (lo + hi) / 2;
+        if (rt->lower[mid] <= key)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int load_slices(pm_runtime *rt)
+{
+    unsigned n = rt->n_slices;
+    uint64_t k = rt->n_loaded;
+    const uint64_t *keys = rt->keys;
+    rt->lower[0] = 0;
+    for (unsigned i = 1; i < n; i++) {
+        if (rt->cfg.boundaries == PM_BOUNDARIES_EQUAL_WIDTH) {
+            unsigned __int128 span = keys[k - 1] - keys[0];
+            rt->lower[i] = keys[0] + (uint64_t)(span * i / n) + 1;
+        } else {
+            rt->lower[i] = keys[(uint64_t)((unsigned __int128)k * i / n)];
+        }
+        if (rt->lower[i] < rt->lower[i - 1])
+            rt->lower[i] = rt->lower[i - 1];
+    }
+    uint64_t at = 0;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t end = at;
+        while (end < k && (i + 1 == n || keys[end] < rt->lower[i + 1]))
+            end++;
+        int rc = pm_tree_create(rt->cfg.leaf_capacity, PM_ARENA_OS_DEFAULT, &rt->trees[i]);
+        if (rc == 0)
+            rc = pm_tree_bulk_load(rt->trees[i], keys + at, NULL, end - at, 100);
+        if (rc)
+            return rc;
+        rt->slice_keys[i] = end - at;
+        rt->slice_policy[i] = PM_ARENA_OS_DEFAULT;
+        at = end;
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- create */
+
+void pm_runtime_config_init(pm_runtime_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->n_keys = 1000000;
+    cfg->dataset = "dense";
+    cfg->seed = 1;
+    cfg->n_slices = 256;
+    cfg->boundaries = PM_BOUNDARIES_EQUAL_COUNT;
+    cfg->leaf_capacity = PM_LEAF_CAPACITY_MAX;
+    cfg->batch_queries = 100;
+    cfg->queue_capacity = 1024;
+    cfg->routers_per_node = 1;
+    cfg->share_cpus = -1;
+}
+
+static int build_routing(const pm_runtime *rt, const pm_schedule *s, routing **out)
+{
+    routing *r = malloc(sizeof *r);
+    uint32_t *target = malloc(rt->n_slices * sizeof *target);
+    if (!r || !target) {
+        free(r);
+        free(target);
+        return -ENOMEM;
+    }
+    r->kind = pm_schedule_kind_of(s);
+    r->target = target;
+    const int *node = pm_schedule_nodes(s), *core = pm_schedule_cores(s);
+    for (unsigned i = 0; i < rt->n_slices; i++)
+        target[i] = pm_schedule_kind_is_one_core(r->kind) ? (uint32_t)rt->cpu_worker[core[i]]
+                    : node[i] >= 0                         ? (uint32_t)node[i]
+                                                           : 0;
+    *out = r;
+    return 0;
+}
+
+static void free_routing(routing *r)
+{
+    if (r) {
+        free(r->target);
+        free(r);
+    }
+}
+
+int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err, size_t err_len)
+{
+    if (cfg->n_keys == 0 || cfg->n_slices == 0 || cfg->n_slices > (1u << 20) ||
+        cfg->batch_queries == 0 || cfg->routers_per_node == 0 || cfg->queue_capacity < 2 ||
+        (cfg->queue_capacity & (cfg->queue_capacity - 1)) ||
+        (cfg->boundaries != PM_BOUNDARIES_EQUAL_COUNT && cfg->boundaries != PM_BOUNDARIES_EQUAL_WIDTH) ||
+        (cfg->probe && (!cfg->probe->open || !cfg->probe->read || !cfg->probe->close ||
+                        cfg->probe->n_values <= 0 || cfg->probe->n_values > PM_PROBE_MAX_VALUES ||
+                        !cfg->probe->names))) {
+        pm_errf(err, err_len,
+                "bad runtime config (need n_keys > 0, 0 < n_slices <= 2^20, batch_queries > 0, "
+                "routers_per_node > 0, queue_capacity a power of two, complete probe ops)");
+        return -EINVAL;
+    }
+    pm_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return -ENOMEM;
+    rt->cfg = *cfg;
+    rt->cfg.probe = NULL;
+    if (cfg->probe) {
+        rt->probe = *cfg->probe;
+        rt->has_probe = true;
+    }
+    rt->n_slices = cfg->n_slices;
+    rt->n_stats = N_OWN_STATS + (rt->has_probe ? (unsigned)rt->probe.n_values : 0);
+    pthread_mutex_init(&rt->ctl, NULL);
+    pthread_mutex_init(&rt->snap_lock, NULL);
+    pthread_cond_init(&rt->snap_cond, NULL);
+    int rc = discover_topology(rt, err, err_len);
+    size_t table = (size_t)rt->n_slices * rt->n_stats;
+    if (rc == 0) {
+        rt->stat_names = malloc(rt->n_stats * sizeof *rt->stat_names);
+        rt->lower = malloc(rt->n_slices * sizeof *rt->lower);
+        rt->slice_keys = malloc(rt->n_slices * sizeof *rt->slice_keys);
+        rt->trees = calloc(rt->n_slices, sizeof *rt->trees);
+        rt->slice_policy = malloc(rt->n_slices * sizeof *rt->slice_policy);
+        rt->keys = malloc(cfg->n_keys * sizeof *rt->keys);
+        rt->published = calloc(table, sizeof *rt->published);
+        rt->run_base = calloc(rt->n_slices, sizeof *rt->run_base);
+        if (!rt->stat_names || !rt->lower || !rt->slice_keys || !rt->trees || !rt->slice_policy ||
+            !rt->keys || !rt->published || !rt->run_base)
+            rc = -ENOMEM;
+    }
+    if (rc == 0) {
+        for (unsigned i = 0; i < rt->n_stats; i++)
+            rt->stat_names[i] = i < N_OWN_STATS ? own_stat_names[i] : rt->probe.names[i - N_OWN_STATS];
+        rt->n_loaded = cfg->n_keys;
+        snprintf(rt->dataset, sizeof rt->dataset, "%s", cfg->dataset ? cfg->dataset : "");
+        rc = pm_dataset_generate(cfg->dataset, cfg->n_keys, cfg->seed, rt->keys);
+        if (rc == -EINVAL)
+            pm_errf(err, err_len, "unknown dataset \"%s\"", cfg->dataset ? cfg->dataset : "(null)");
+    }
+    if (rc == 0)
+        rc = setup_threads(rt);
+    if (rc == 0)
+        rc = load_slices(rt);
+    if (rc == 0) {
+        int *minus = malloc(rt->n_slices * sizeof *minus);
+        if (!minus) {
+            rc = -ENOMEM;
+        } else {
+            for (unsigned i = 0; i < rt->n_slices; i++)
+                minus[i] = -1;
+            rc = pm_schedule_create(PM_KIND_OS_DEFAULT, rt->n_slices, minus, minus, NULL,
+                                    &rt->current);
+            free(minus);
+        }
+    }
+    routing *r = NULL;
+    if (rc == 0)
+        rc = build_routing(rt, rt->current, &r);
+    if (rc != 0) {
+        if (rc == -ENOMEM)
+            pm_errf(err, err_len, "out of memory");
+        pm_runtime_destroy(rt);
+        return rc;
+    }
+    atomic_init(&rt->routing, r);
+    rt->cfg.dataset = NULL; /* borrowed string: not kept */
+    *out = rt;
+    return 0;
+}
+
+void pm_runtime_destroy(pm_runtime *rt)
+{
+    if (!rt)
+        return;
+    if (rt->running)
+        pm_runtime_stop(rt, NULL, NULL);
+    free_routing(atomic_load(&rt->routing));
+    pm_schedule_destroy(rt->current);
+    if (rt->epoch.slots)
+        pm_epoch_fini(&rt->epoch);
+    for (unsigned i = 0; rt->trees && i < rt->n_slices; i++)
+        pm_tree_destroy(rt->trees[i]);
+    for (unsigned i = 0; rt->workers && i < rt->n_workers; i++) {
+        free(rt->workers[i].stats);
+        if (rt->workers[i].q.cells)
+            pm_queue_fini(&rt->workers[i].q);
+    }
+    for (int n = 0; rt->sweepers && n <= rt->topo.n_nodes; n++)
+        free(rt->sweepers[n].partial);
+    for (int n = 0; rt->node_workers && n < rt->topo.n_nodes; n++)
+        free(rt->node_workers[n]);
+    free(rt->node_workers);
+    free(rt->node_n_workers);
+    free(rt->cpu_worker);
+    free(rt->workers);
+    free(rt->routers);
+    free(rt->sweepers);
+    free(rt->trees);
+    free(rt->lower);
+    free(rt->slice_keys);
+    free(rt->slice_policy);
+    free(rt->keys);
+    free(rt->published);
+    free(rt->run_base);
+    free(rt->stat_names);
+    free(rt->topo.cpu_node);
+    free(rt->topo.cpu_role);
+    pthread_mutex_destroy(&rt->ctl);
+    pthread_mutex_destroy(&rt->snap_lock);
+    pthread_cond_destroy(&rt->snap_cond);
+    free(rt);
+}
+
+/* ------------------------------------------------------------- accessors */
+
+unsigned pm_runtime_n_slices(const pm_runtime *rt) { return rt->n_slices; }
+int pm_runtime_n_nodes(const pm_runtime *rt) { return rt->topo.n_nodes; }
+unsigned pm_runtime_n_stats(const pm_runtime *rt) { return rt->n_stats; }
+
+const char *pm_runtime_stat_name(const pm_runtime *rt, unsigned i)
+{
+    return i < rt->n_stats ? rt->stat_names[i] : NULL;
+}
+
+unsigned pm_runtime_worker_cpus(const pm_runtime *rt, int *cpus, unsigned cap)
+{
+    for (unsigned i = 0; i < rt->n_workers && i < cap; i++)
+        cpus[i] = rt->workers[i].cpu;
+    return rt->n_workers;
+}
+
+int pm_runtime_cpu_node(const pm_runtime *rt, int cpu)
+{
+    if (cpu < 0 || cpu >= rt->topo.n_cpus || rt->topo.cpu_role[cpu] == PM_CPU_ABSENT)
+        return -1;
+    return rt->topo.cpu_node[cpu];
+}
+
+void pm_runtime_slice_bounds(const pm_runtime *rt, uint64_t *lower)
+{
+    memcpy(lower, rt->lower, rt->n_slices * sizeof *lower);
+}
+
+/* ------------------------------------------------------- direct queries */
+
+int pm_runtime_lookup(pm_runtime *rt, uint64_t key, uint64_t *value)
+{
+    return pm_tree_lookup(rt->trees[pm_runtime_slice_of(rt, key)], key, value, NULL);
+}
+
+int pm_runtime_insert(pm_runtime *rt, uint64_t key, uint64_t value)
+{
+    return pm_tree_insert(rt->trees[pm_runtime_slice_of(rt, key)], key, value, NULL, NULL);
+}
+
+/* Scan from start across slice trees until max entries are copied. */
+static size_t scan_slices(pm_runtime *rt, uint64_t start, size_t max, uint64_t *keys,
+                          uint64_t *values, pm_op_stats *st)
+{
+    size_t n = 0;
+    for (unsigned s = pm_runtime_slice_of(rt, start); s < rt->n_slices && n < max; s++) {
+        size_t got;
+        uint64_t from = s == pm_runtime_slice_of(rt, start) ? start : rt->lower[s];
+        pm_tree_scan(rt->trees[s], from, max - n, keys ? keys + n : NULL,
+                     values ? values + n : NULL, &got, st);
+        n += got;
+    }
+    return n;
+}
+
+int pm_runtime_scan(pm_runtime *rt, uint64_t start, size_t max, uint64_t *keys,
+                    uint64_t *values, size_t *n_out)
+{
+    *n_out = scan_slices(rt, start, max, keys, values, NULL);
+    return 0;
+}
+
+int pm_runtime_slice_page_nodes(pm_runtime *rt, unsigned slice, uint64_t *counts, int n_counts)
+{
+    if (slice >= rt->n_slices)
+        return -EINVAL;
+    return pm_tree_page_nodes(rt->trees[slice], counts, n_counts);
+}
+
+uint64_t pm_runtime_n_keys(pm_runtime *rt)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < rt->n_slices; i++)
+        n += pm_tree_size(rt->trees[i]);
+    return n;
+}
+
+/* -------------------------------------------------------------- schedule */
+
+int pm_runtime_check_schedule(const pm_runtime *rt, const pm_schedule *s, char *err,
+                              size_t err_len)
+{
+    return pm_schedule_validate(s, rt->n_slices, &rt->topo, err, err_len);
+}
+
+static int policy_of(const pm_schedule *s, unsigned i)
+{
+    switch (pm_schedule_kind_of(s)) {
+    case PM_KIND_OS_DEFAULT:
+        return PM_ARENA_OS_DEFAULT;
+    case PM_KIND_OS_INTERLEAVE:
+        return PM_ARENA_INTERLEAVE;
+    default:
+        return pm_schedule_nodes(s)[i];
+    }
+}
+
+int pm_runtime_set_schedule(pm_runtime *rt, const pm_schedule *s, pm_migration_report *report,
+                            char *err, size_t err_len)
+{
+    pm_migration_report rep;
+    memset(&rep, 0, sizeof rep);
+    pthread_mutex_lock(&rt->ctl);
+    int rc = pm_runtime_check_schedule(rt, s, err, err_len);
+    routing *r = NULL;
+    pm_schedule *copy = NULL;
+    if (rc == 0)
+        rc = build_routing(rt, s, &r);
+    if (rc == 0)
+        rc = pm_schedule_create(pm_schedule_kind_of(s), rt->n_slices, pm_schedule_nodes(s),
+                                pm_schedule_cores(s), pm_schedule_machine(s), &copy);
+    if (rc == -ENOMEM)
+        pm_errf(err, err_len, "out of memory");
+    /* Migrate: a slice moves when its placement policy changes. */
+    for (unsigned i = 0; rc == 0 && i < rt->n_slices; i++) {
+        int policy = policy_of(s, i);
+        if (policy == rt->slice_policy[i])
+            continue;
+        rc = pm_tree_migrate(rt->trees[i], policy, &rep);
+        if (rc) {
+            pm_errf(err, err_len, "slice %u: migration to node %d failed: %s", i, policy,
+                    strerror(-rc));
+            break;
+        }
+        rt->slice_policy[i] = policy;
+        rep.slices_moved++;
+    }
+    if (rc == 0) {
+        /* seq_cst exchange: ordered before the epoch scan (see epoch.c) */
+        routing *old = atomic_exchange(&rt->routing, r);
+        pm_epoch_synchronize(&rt->epoch);
+        free_routing(old);
+        pm_schedule_destroy(rt->current);
+        rt->current = copy;
+    } else {
+        free_routing(r);
+        pm_schedule_destroy(copy);
+    }
+    pthread_mutex_unlock(&rt->ctl);
+    if (report)
+        *report = rep;
+    return rc;
+}
+
+/* --------------------------------------------------------------- threads */
+
+static void pin_self(int cpu)
+{
+    if (cpu < 0)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void nap(long ns)
+{
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* Idle policy shared by every waiting loop: spin briefly, then yield the CPU
+ * (roles may share CPUs on small hosts), then sleep. */
+static void idle_wait(unsigned *spins)
+{
+    ++*spins;
+    if (*spins < 64)
+        return;
+    if (*spins < 2048)
+        sched_yield();
+    else
+        nap(20000);
+}
+
+/* Slices a scan of len keys from key may reach, estimated from the slice's
+ * key count and the key's position in its range (the router cannot know the
+ * exact end without running the scan). */
+static unsigned scan_last_slice(const pm_runtime *rt, unsigned s, uint64_t key, uint64_t len)
+{
+    while (s + 1 < rt->n_slices) {
+        uint64_t lo = rt->lower[s], hi = rt->lower[s + 1];
+        double frac = hi > lo ? (double)(hi - key) / (double)(hi - lo) : 0;
+        uint64_t left = (uint64_t)(frac * (double)rt->slice_keys[s]);
+        if (left >= len)
+            break;
+        len -= left;
+        key = hi;
+        s++;
+    }
+    return s;
+}
+
+static unsigned choose_worker(pm_runtime *rt, router *ro, const routing *r, const pm_query *q)
+{
+    unsigned s = q->slice;
+    if (q->op == PM_OP_SCAN) {
+        unsigned last = scan_last_slice(rt, s, q->key, q->value);
+        s += (unsigned)pm_rng_below(&ro->rng, last - s + 1);
+    }
+    if (pm_schedule_kind_is_one_core(r->kind))
+        return r->target[s];
+    if (r->kind == PM_KIND_SN_NUMA) {
+        uint32_t node = r->target[s];
+        return rt->node_workers[node][ro->rr++ % rt->node_n_workers[node]];
+    }
+    return (unsigned)(ro->rr++ % rt->n_workers);
+}
+
+static void *router_main(void *arg)
+{
+    router *ro = arg;
+    pm_runtime *rt = ro->rt;
+    pin_self(ro->cpu);
+    uint64_t sent = 0;
+    while (atomic_load_explicit(&rt->routers_go, memory_order_relaxed)) {
+        pm_epoch_enter(&rt->epoch, ro->idx);
+        routing *r = atomic_load(&rt->routing); /* seq_cst: after the epoch store */
+        for (int i = 0; i < ROUTE_BATCH; i++) {
+            pm_query q;
+            if (pm_workload_next(ro->w, &q) != 0) {
+                atomic_store(&ro->failed, 1);
+                atomic_store(&rt->routers_go, 0);
+                break;
+            }
+            q.slice = pm_runtime_slice_of(rt, q.key);
+            worker *w = &rt->workers[choose_worker(rt, ro, r, &q)];
+            unsigned spins = 0;
+            while (pm_queue_push(&w->q, &q) != 0)
+                idle_wait(&spins); /* full: wait, never drop */
+            sent++;
+        }
+        pm_epoch_exit(&rt->epoch, ro->idx);
+        /* relaxed: read by stop() after joining this thread */
+        atomic_store_explicit(&ro->dispatched, sent, memory_order_relaxed);
+    }
+    return NULL;
+}
+
+/* Per-batch state of a worker: consecutive queries of one slice, at most
+ * batch_queries long; the probe is read at both ends. */
+typedef struct batch {
+    int64_t slice; /* -1: none open */
+    uint64_t n, nodes, keys;
+    uint64_t *before, *after;
+} batch;
+
+static void batch_close(worker *w, batch *b)
+{
+    pm_runtime *rt = w->rt;
+    if (b->slice < 0)
+        return;
+    _Atomic uint64_t *row = w->stats + (size_t)b->slice * rt->n_stats;
+    uint64_t add[N_OWN_STATS] = {b->n, b->nodes, b->keys};
+    /* single writer per table: relaxed load+store, no RMW needed; sweepers
+     * read relaxed and only need each counter's latest value */
+    for (unsigned i = 0; i < N_OWN_STATS; i++)
+        atomic_store_explicit(&row[i], atomic_load_explicit(&row[i], memory_order_relaxed) + add[i],
+                              memory_order_relaxed);
+    if (rt->has_probe) {
+        rt->probe.read(w->probe_state_ptr, b->after);
+        for (int i = 0; i < rt->probe.n_values; i++) {
+            _Atomic uint64_t *c = &row[N_OWN_STATS + i];
+            uint64_t old = atomic_load_explicit(c, memory_order_relaxed);
+            bool unavailable = old == PM_STAT_UNAVAILABLE || b->before[i] == PM_STAT_UNAVAILABLE ||
+                               b->after[i] == PM_STAT_UNAVAILABLE;
+            atomic_store_explicit(c, unavailable ? PM_STAT_UNAVAILABLE : old + b->after[i] - b->before[i],
+                                  memory_order_relaxed);
+        }
+    }
+    b->slice = -1;
+}
+
+static void batch_open(worker *w, batch *b, uint32_t slice)
+{
+    b->slice = slice;
+    b->n = b->nodes = b->keys = 0;
+    if (w->rt->has_probe)
+        w->rt->probe.read(w->probe_state_ptr, b->before);
+}
+
+static void execute(worker *w, const pm_query *q, pm_op_stats *st)
+{
+    pm_runtime *rt = w->rt;
+    pm_tree *t = rt->trees[q->slice];
+    uint64_t v;
+    switch (q->op) {
+    case PM_OP_READ:
+        pm_tree_lookup(t, q->key, &v, st);
+        break;
+    case PM_OP_UPDATE:
+        pm_tree_update(t, q->key, q->value, st);
+        break;
+    case PM_OP_INSERT:
+        pm_tree_insert(t, q->key, q->value, NULL, st);
+        break;
+    default:
+        scan_slices(rt, q->key, q->value < rt->scan_max ? q->value : rt->scan_max, w->scan_buf,
+                    NULL, st);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    pm_runtime *rt = w->rt;
+    pin_self(w->cpu);
+    uint64_t probe_buf[2 * PM_PROBE_MAX_VALUES];
+    batch b = {.slice = -1, .before = probe_buf, .after = probe_buf + PM_PROBE_MAX_VALUES};
+    w->probe_rc = rt->has_probe ? rt->probe.open(rt->cfg.probe_ctx, w->cpu, &w->probe_state_ptr) : 0;
+    atomic_fetch_add(&rt->workers_ready, 1);
+    if (w->probe_rc)
+        return NULL;
+    uint64_t done = atomic_load_explicit(&w->completed, memory_order_relaxed);
+    unsigned spins = 0;
+    for (;;) {
+        pm_query q;
+        /* acquire: routers were joined before workers_stop was set, so once
+         * it reads set, a queue found empty afterwards stays empty */
+        int stopping = atomic_load_explicit(&rt->workers_stop, memory_order_acquire);
+        if (pm_queue_pop(&w->q, &q) == 0) {
+            spins = 0;
+            if ((int64_t)q.slice != b.slice || b.n == rt->cfg.batch_queries) {
+                batch_close(w, &b);
+                batch_open(w, &b, q.slice);
+            }
+            pm_op_stats st = {0, 0};
+            execute(w, &q, &st);
+            b.n++;
+            b.nodes += st.nodes_visited;
+            b.keys += st.keys_scanned;
+            /* relaxed: a progress counter, read after join for the totals */
+            atomic_store_explicit(&w->completed, ++done, memory_order_relaxed);
+            continue;
+        }
+        batch_close(w, &b); /* idle: let the sweepers see everything */
+        if (stopping)
+            break;
+        idle_wait(&spins);
+    }
+    if (rt->has_probe)
+        rt->probe.close(w->probe_state_ptr);
+    return NULL;
+}
+
+/* Sum where an unavailable reading makes the total unavailable. */
+static inline uint64_t stat_add(uint64_t a, uint64_t b)
+{
+    return a == PM_STAT_UNAVAILABLE || b == PM_STAT_UNAVAILABLE ? PM_STAT_UNAVAILABLE : a + b;
+}
+
+/* One core sweep: sum node's worker tables into its partial table. */
+static void sweep_node(pm_runtime *rt, sweeper *s)
+{
+    size_t table = (size_t)rt->n_slices * rt->n_stats;
+    unsigned n = rt->node_n_workers[s->node];
+    for (size_t i = 0; i < table; i++) {
+        uint64_t sum = 0;
+        for (unsigned k = 0; k < n; k++)
+            sum = stat_add(sum, atomic_load_explicit(&rt->workers[rt->node_workers[s->node][k]].stats[i],
+                                                     memory_order_relaxed));
+        /* relaxed: each value is a monotone counter; the generation handshake
+         * (acq/rel on ack) orders the whole table for the merger */
+        atomic_store_explicit(&s->partial[i], sum, memory_order_relaxed);
+    }
+}
+
+/* Merge all partials into the published snapshot and wake waiters. */
+static void merge_partials(pm_runtime *rt)
+{
+    size_t table = (size_t)rt->n_slices * rt->n_stats;
+    pthread_mutex_lock(&rt->snap_lock);
+    for (size_t i = 0; i < table; i++) {
+        uint64_t sum = 0;
+        for (int n = 0; n < rt->topo.n_nodes; n++)
+            sum = stat_add(sum, atomic_load_explicit(&rt->sweepers[n].partial[i], memory_order_relaxed));
+        rt->published[i] = sum;
+    }
+    rt->published_round++;
+    pthread_cond_broadcast(&rt->snap_cond);
+    pthread_mutex_unlock(&rt->snap_lock);
+}
+
+static void *core_sweeper_main(void *arg)
+{
+    sweeper *s = arg;
+    pm_runtime *rt = s->rt;
+    pin_self(s->cpu);
+    while (!atomic_load_explicit(&rt->sweep_stop, memory_order_acquire)) {
+        /* acquire: pairs with the off-core sweeper's generation bump */
+        uint64_t gen = atomic_load_explicit(&rt->sweep_gen, memory_order_acquire);
+        if (gen == atomic_load_explicit(&s->ack, memory_order_relaxed)) {
+            nap(SWEEP_PERIOD_NS / 20);
+            continue;
+        }
+        sweep_node(rt, s);
+        /* release: our partial table is complete before the ack is seen */
+        atomic_store_explicit(&s->ack, gen, memory_order_release);
+    }
+    return NULL;
+}
+
+/* Drives sweep rounds: bump the generation, wait for every core sweeper's
+ * ack, merge. Off-core (uncore) readings would be taken here too. */
+static void *offcore_sweeper_main(void *arg)
+{
+    sweeper *s = arg;
+    pm_runtime *rt = s->rt;
+    pin_self(s->cpu);
+    while (!atomic_load_explicit(&rt->sweep_stop, memory_order_acquire)) {
+        uint64_t gen = atomic_fetch_add_explicit(&rt->sweep_gen, 1, memory_order_acq_rel) + 1;
+        bool all = false;
+        while (!all && !atomic_load_explicit(&rt->sweep_stop, memory_order_acquire)) {
+            all = true;
+            for (int n = 0; n < rt->topo.n_nodes; n++)
+                all = all && atomic_load_explicit(&rt->sweepers[n].ack, memory_order_acquire) >= gen;
+            if (!all)
+                nap(SWEEP_PERIOD_NS / 20);
+        }
+        if (all)
+            merge_partials(rt);
+        nap(SWEEP_PERIOD_NS);
+    }
+    return NULL;
+}
+
+static int spawn(pthread_t *th, void *(*fn)(void *), void *arg)
+{
+    return -pthread_create(th, NULL, fn, arg);
+}
+
+/* Join the first n workers (after telling them to stop). */
+static void join_workers(pm_runtime *rt, unsigned n)
+{
+    atomic_store_explicit(&rt->workers_stop, 1, memory_order_release);
+    for (unsigned i = 0; i < n; i++)
+        pthread_join(rt->workers[i].th, NULL);
+}
+
+static void free_run(pm_runtime *rt)
+{
+    for (unsigned i = 0; i < rt->n_routers; i++) {
+        pm_workload_destroy(rt->routers[i].w);
+        rt->routers[i].w = NULL;
+    }
+    for (unsigned i = 0; i < rt->n_workers; i++) {
+        free(rt->workers[i].scan_buf);
+        rt->workers[i].scan_buf = NULL;
+    }
+}
+
+static int prepare_run(pm_runtime *rt, const pm_workload_spec *spec, char *err, size_t err_len)
+{
+    rt->spec = *spec;
+    rt->scan_max = spec->scan_max ? spec->scan_max : 100;
+    if (rt->scan_max > (1u << 20)) {
+        pm_errf(err, err_len, "scan_max %u is above the limit %u", rt->scan_max, 1u << 20);
+        return -EINVAL;
+    }
+    for (unsigned i = 0; i < rt->n_routers; i++) {
+        router *ro = &rt->routers[i];
+        int rc = pm_workload_create(spec, rt->dataset, rt->keys, rt->n_loaded, i, &ro->w, err, err_len);
+        if (rc)
+            return rc;
+        pm_rng_seed(&ro->rng, spec->seed ^ 0x5ca1ab1eull ^ i);
+        ro->rr = i;
+        atomic_store(&ro->dispatched, 0);
+        atomic_store(&ro->failed, 0);
+    }
+    for (unsigned i = 0; i < rt->n_workers; i++) {
+        rt->workers[i].scan_buf = malloc(rt->scan_max * sizeof(uint64_t));
+        if (!rt->workers[i].scan_buf)
+            return -ENOMEM;
+        atomic_store(&rt->workers[i].completed, 0);
+    }
+    return 0;
+}
+
+int pm_runtime_start(pm_runtime *rt, const pm_workload_spec *spec, char *err, size_t err_len)
+{
+    pthread_mutex_lock(&rt->ctl);
+    if (rt->running) {
+        pthread_mutex_unlock(&rt->ctl);
+        pm_errf(err, err_len, "a workload is already running");
+        return -EBUSY;
+    }
+    int rc = prepare_run(rt, spec, err, err_len);
+    if (rc) {
+        free_run(rt);
+        pthread_mutex_unlock(&rt->ctl);
+        return rc;
+    }
+    atomic_store(&rt->workers_stop, 0);
+    atomic_store(&rt->workers_ready, 0);
+    atomic_store(&rt->sweep_stop, 0);
+    atomic_store(&rt->routers_go, 1);
+    /* Workers first; each opens its probe after pinning itself. */
+    unsigned started = 0;
+    for (; started < rt->n_workers && rc == 0; started++)
+        if ((rc = spawn(&rt->workers[started].th, worker_main, &rt->workers[started])))
+            break;
+    while (rc == 0 && atomic_load(&rt->workers_ready) < (int)rt->n_workers)
+        nap(100000);
+    for (unsigned i = 0; rc == 0 && i < rt->n_workers; i++)
+        if (rt->workers[i].probe_rc) {
+            rc = rt->workers[i].probe_rc;
+            pm_errf(err, err_len, "probe open failed on CPU %d: %s", rt->workers[i].cpu,
+                    strerror(-rc));
+        }
+    if (rc) {
+        join_workers(rt, started);
+        free_run(rt);
+        pthread_mutex_unlock(&rt->ctl);
+        return rc;
+    }
+    /* The published snapshot is exact between runs: the run's base. */
+    pthread_mutex_lock(&rt->snap_lock);
+    for (unsigned i = 0; i < rt->n_slices; i++)
+        rt->run_base[i] = rt->published[(size_t)i * rt->n_stats];
+    pthread_mutex_unlock(&rt->snap_lock);
+    for (int n = 0; n < rt->topo.n_nodes; n++)
+        atomic_store(&rt->sweepers[n].ack, atomic_load(&rt->sweep_gen));
+    /* Thread creation failures past this point are fatal for the process
+     * state we promise, so they abort the start the same way. */
+    unsigned sw = 0, ro = 0;
+    for (; rc == 0 && sw <= (unsigned)rt->topo.n_nodes; sw++)
+        rc = spawn(&rt->sweepers[sw].th, sw < (unsigned)rt->topo.n_nodes ? core_sweeper_main
+                                                                          : offcore_sweeper_main,
+                   &rt->sweepers[sw]);
+    rt->t_start = pm_now();
+    for (; rc == 0 && ro < rt->n_routers; ro++)
+        rc = spawn(&rt->routers[ro].th, router_main, &rt->routers[ro]);
+    if (rc) {
+        atomic_store(&rt->routers_go, 0);
+        for (unsigned i = 0; i + 1 < ro; i++)
+            pthread_join(rt->routers[i].th, NULL);
+        join_workers(rt, rt->n_workers);
+        atomic_store(&rt->sweep_stop, 1);
+        for (unsigned i = 0; i + 1 < sw; i++)
+            pthread_join(rt->sweepers[i].th, NULL);
+        free_run(rt);
+        pm_errf(err, err_len, "could not start threads: %s", strerror(-rc));
+    } else {
+        rt->running = true;
+    }
+    pthread_mutex_unlock(&rt->ctl);
+    return rc;
+}
+
+int pm_runtime_stop(pm_runtime *rt, pm_run_result *result, uint64_t *slice_queries)
+{
+    pthread_mutex_lock(&rt->ctl);
+    if (!rt->running) {
+        pthread_mutex_unlock(&rt->ctl);
+        return -EINVAL;
+    }
+    atomic_store(&rt->routers_go, 0);
+    uint64_t dispatched = 0, completed = 0;
+    for (unsigned i = 0; i < rt->n_routers; i++) {
+        pthread_join(rt->routers[i].th, NULL);
+        dispatched += atomic_load_explicit(&rt->routers[i].dispatched, memory_order_relaxed);
+    }
+    rt->t_stop = pm_now();
+    join_workers(rt, rt->n_workers);
+    for (unsigned i = 0; i < rt->n_workers; i++)
+        completed += atomic_load_explicit(&rt->workers[i].completed, memory_order_relaxed);
+    atomic_store(&rt->sweep_stop, 1);
+    for (int n = 0; n <= rt->topo.n_nodes; n++)
+        pthread_join(rt->sweepers[n].th, NULL);
+    /* Final sweep: every worker flushed its last batch before exiting. */
+    for (int n = 0; n < rt->topo.n_nodes; n++)
+        sweep_node(rt, &rt->sweepers[n]);
+    merge_partials(rt);
+    if (slice_queries) {
+        pthread_mutex_lock(&rt->snap_lock);
+        for (unsigned i = 0; i < rt->n_slices; i++)
+            slice_queries[i] = rt->published[(size_t)i * rt->n_stats] - rt->run_base[i];
+        pthread_mutex_unlock(&rt->snap_lock);
+    }
+    if (result) {
+        result->dispatched = dispatched;
+        result->completed = completed;
+        result->seconds = rt->t_stop - rt->t_start;
+        result->throughput = result->seconds > 0 ? (double)completed / result->seconds : 0;
+    }
+    free_run(rt);
+    rt->running = false;
+    pthread_mutex_unlock(&rt->ctl);
+    return 0;
+}
+
+int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
+                   pm_run_result *result, uint64_t *slice_queries, char *err, size_t err_len)
+{
+    int rc = pm_runtime_start(rt, spec, err, err_len);
+    if (rc)
+        return rc;
+    if (seconds > 0) {
+        struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+    return pm_runtime_stop(rt, result, slice_queries);
+}
+
+int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap)
+{
+    size_t table = (size_t)rt->n_slices * rt->n_stats;
+    if (cap < table)
+        return -ENOSPC;
+    pthread_mutex_lock(&rt->snap_lock);
+    /* Two rounds: the first may have swept before this call. Bounded wait,
+     * since the run may end (its final sweep also bumps the round). */
+    uint64_t target = rt->published_round + 2;
+    for (int tries = 0; tries < 200 && rt->published_round < target &&
+                        !atomic_load(&rt->sweep_stop) && atomic_load(&rt->routers_go);
+         tries++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10000000L;
+        if (ts.tv_nsec >= 1000000000L)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&rt->snap_cond, &rt->snap_lock, &ts);
+    }
+    memcpy(values, rt->published, table * sizeof *values);
+    pthread_mutex_unlock(&rt->snap_lock);
+    return 0;
+}

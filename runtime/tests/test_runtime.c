@@ -1,0 +1,302 @@
+/* The runtime end to end on this host: slices, runs, live schedule switches,
+ * stats and the probe hook. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "internal.h"
+
+#define N_KEYS 200000
+#define N_SLICES 64
+
+static pm_runtime *make(const char *dataset, pm_boundaries b, const pm_probe_ops *probe)
+{
+    pm_runtime_config cfg;
+    pm_runtime_config_init(&cfg);
+    cfg.n_keys = N_KEYS;
+    cfg.dataset = dataset;
+    cfg.seed = 7;
+    cfg.n_slices = N_SLICES;
+    cfg.boundaries = b;
+    cfg.probe = probe;
+    cfg.queue_capacity = 64; /* small: routers hit full queues and must wait */
+    pm_runtime *rt;
+    char err[256] = "";
+    int rc = pm_runtime_create(&cfg, &rt, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "create: %s\n", err);
+    CHECK_EQ(rc, 0);
+    return rt;
+}
+
+static void check_all_loaded(pm_runtime *rt, const char *dataset)
+{
+    uint64_t *keys = malloc(N_KEYS * 8);
+    CHECK_EQ(pm_dataset_generate(dataset, N_KEYS, 7, keys), 0);
+    for (uint64_t i = 0; i < N_KEYS; i++)
+        CHECK_EQ(pm_runtime_lookup(rt, keys[i], NULL), 0);
+    free(keys);
+}
+
+static void test_slices(void)
+{
+    const char *datasets[] = {"dense", "uniform", "clustered"};
+    for (int d = 0; d < 3; d++) {
+        for (int b = 0; b < 2; b++) {
+            pm_runtime *rt = make(datasets[d], (pm_boundaries)b, NULL);
+            uint64_t lower[N_SLICES];
+            pm_runtime_slice_bounds(rt, lower);
+            CHECK(lower[0] == 0);
+            for (unsigned i = 1; i < N_SLICES; i++) {
+                CHECK(lower[i] >= lower[i - 1]);
+                if (lower[i] > lower[i - 1])
+                    CHECK_EQ(pm_runtime_slice_of(rt, lower[i]), i);
+                CHECK_EQ(pm_runtime_slice_of(rt, lower[i] - 1) < i, 1);
+            }
+            CHECK_EQ(pm_runtime_slice_of(rt, UINT64_MAX), N_SLICES - 1);
+            CHECK_EQ(pm_runtime_n_keys(rt), N_KEYS);
+            if (b == PM_BOUNDARIES_EQUAL_COUNT) {
+                /* equal count: every slice holds n/N keys (+-1) */
+                static uint64_t all[N_KEYS + 1];
+                size_t got;
+                CHECK_EQ(pm_runtime_scan(rt, 0, N_KEYS + 1, all, NULL, &got), 0);
+                CHECK_EQ(got, N_KEYS);
+                for (size_t i = 1; i < got; i++)
+                    CHECK(all[i] > all[i - 1]);
+                unsigned counts[N_SLICES] = {0};
+                for (size_t i = 0; i < got; i++)
+                    counts[pm_runtime_slice_of(rt, all[i])]++;
+                for (unsigned i = 0; i < N_SLICES; i++)
+                    CHECK(counts[i] >= N_KEYS / N_SLICES - 1 && counts[i] <= N_KEYS / N_SLICES + 1);
+            }
+            check_all_loaded(rt, datasets[d]);
+            pm_runtime_destroy(rt);
+        }
+    }
+}
+
+static pm_schedule *one_core_schedule(pm_runtime *rt, pm_schedule_kind kind, unsigned shift)
+{
+    int cpus[1024];
+    unsigned n = pm_runtime_worker_cpus(rt, cpus, 1024);
+    int node[N_SLICES], core[N_SLICES];
+    for (unsigned i = 0; i < N_SLICES; i++) {
+        core[i] = cpus[(i / 8 + shift) % n];
+        node[i] = pm_runtime_cpu_node(rt, core[i]);
+    }
+    pm_schedule *s;
+    CHECK_EQ(pm_schedule_create(kind, N_SLICES, node, core, "test", &s), 0);
+    return s;
+}
+
+static pm_schedule *shared_schedule(pm_schedule_kind kind)
+{
+    int node[N_SLICES], core[N_SLICES];
+    for (unsigned i = 0; i < N_SLICES; i++) {
+        node[i] = kind == PM_KIND_OS_DEFAULT || kind == PM_KIND_OS_INTERLEAVE ? -1 : 0;
+        core[i] = -1;
+    }
+    pm_schedule *s;
+    CHECK_EQ(pm_schedule_create(kind, N_SLICES, node, core, "test", &s), 0);
+    return s;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t sum(const uint64_t *a, unsigned n)
+{
+    uint64_t s = 0;
+    for (unsigned i = 0; i < n; i++)
+        s += a[i];
+    return s;
+}
+
+/* Every mix runs; no query lost or repeated; per-slice counts add up. */
+static void test_runs(void)
+{
+    static const char *mixes[] = {"ycsb-a", "ycsb-b", "ycsb-c",       "ycsb-d",
+                                  "ycsb-e", "scan",   "rsi-20-30-50", "rsi-25-50-25"};
+    static const char *dists[] = {"uniform", "zipf", "latest", "hotspot"};
+    pm_runtime *rt = make("dense", PM_BOUNDARIES_EQUAL_COUNT, NULL);
+    uint64_t total = 0;
+    for (int m = 0; m < 8; m++) {
+        pm_workload_spec spec = {.mix = mixes[m], .distribution = dists[m % 4], .seed = (uint64_t)m};
+        pm_run_result res;
+        uint64_t per_slice[N_SLICES];
+        char err[256];
+        CHECK_EQ(pm_runtime_run(rt, &spec, 0.15, &res, per_slice, err, sizeof err), 0);
+        CHECK(res.completed > 0);
+        CHECK_EQ(res.completed, res.dispatched);
+        CHECK_EQ(sum(per_slice, N_SLICES), res.completed);
+        total += res.completed;
+    }
+    check_all_loaded(rt, "dense");
+    CHECK(pm_runtime_n_keys(rt) > N_KEYS); /* the insert mixes added keys */
+    /* snapshot: queries column adds up to everything completed so far */
+    unsigned ns = pm_runtime_n_stats(rt);
+    CHECK_EQ(ns, 3);
+    CHECK(strcmp(pm_runtime_stat_name(rt, 1), "nodes_visited") == 0);
+    uint64_t *snap = malloc((size_t)N_SLICES * ns * 8);
+    CHECK_EQ(pm_runtime_snapshot(rt, snap, 1), -ENOSPC);
+    CHECK_EQ(pm_runtime_snapshot(rt, snap, (size_t)N_SLICES * ns), 0);
+    uint64_t q = 0, nodes = 0, scanned = 0;
+    for (unsigned i = 0; i < N_SLICES; i++)
+        q += snap[i * ns], nodes += snap[i * ns + 1], scanned += snap[i * ns + 2];
+    CHECK_EQ(q, total);
+    CHECK(nodes >= q && scanned > 0);
+    free(snap);
+    pm_workload_spec bad = {.mix = "ycsb-z"};
+    char err[256] = "";
+    CHECK_EQ(pm_runtime_run(rt, &bad, 0.01, NULL, NULL, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "ycsb-z") != NULL);
+    pm_runtime_destroy(rt);
+}
+
+/* Schedules switch while queries run: valid ones apply, invalid ones are
+ * rejected with the first bad slice named and the old one keeps running. */
+static void test_live_switch(void)
+{
+    pm_runtime *rt = make("dense", PM_BOUNDARIES_EQUAL_COUNT, NULL);
+    pm_workload_spec spec = {.mix = "rsi-20-30-50", .seed = 3};
+    char err[256] = "";
+    CHECK_EQ(pm_runtime_start(rt, &spec, err, sizeof err), 0);
+    CHECK_EQ(pm_runtime_start(rt, &spec, err, sizeof err), -EBUSY);
+    pm_schedule_kind kinds[] = {PM_KIND_SN_GROUPED, PM_KIND_SE_NUMA,   PM_KIND_SN_NUMA,
+                                PM_KIND_SN_SPREAD,  PM_KIND_OS_INTERLEAVE, PM_KIND_LEARNED,
+                                PM_KIND_OS_DEFAULT, PM_KIND_SN_RANDOM, PM_KIND_SN_MIXED};
+    for (unsigned k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        pm_schedule *s = pm_schedule_kind_is_one_core(kinds[k]) ? one_core_schedule(rt, kinds[k], k)
+                                                                : shared_schedule(kinds[k]);
+        pm_migration_report rep;
+        CHECK_EQ(pm_runtime_set_schedule(rt, s, &rep, err, sizeof err), 0);
+        CHECK_EQ(rep.pages_failed, 0);
+        pm_schedule_destroy(s);
+        sleep_ms(30);
+    }
+    /* first slice wrong: core -1 in a one-core kind */
+    pm_schedule *s = one_core_schedule(rt, PM_KIND_SN_GROUPED, 0);
+    ((int *)pm_schedule_cores(s))[17] = 4096;
+    ((int *)pm_schedule_cores(s))[20] = -1;
+    CHECK_EQ(pm_runtime_set_schedule(rt, s, NULL, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "slice 17: core 4096") == err);
+    pm_schedule_destroy(s);
+    s = shared_schedule(PM_KIND_SN_NUMA);
+    ((int *)pm_schedule_nodes(s))[5] = 99;
+    CHECK_EQ(pm_runtime_set_schedule(rt, s, NULL, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "slice 5: node 99 does not exist") == err);
+    pm_schedule_destroy(s);
+    int node1[1] = {0}, core1[1] = {-1};
+    CHECK_EQ(pm_schedule_create(PM_KIND_SE_NUMA, 1, node1, core1, NULL, &s), 0);
+    CHECK_EQ(pm_runtime_set_schedule(rt, s, NULL, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "schedule has 1 slices but the runtime has 64") == err);
+    pm_schedule_destroy(s);
+    /* a snapshot while running sees progress */
+    uint64_t snap[N_SLICES * 3];
+    sleep_ms(30);
+    CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * 3), 0);
+    uint64_t q = 0;
+    for (unsigned i = 0; i < N_SLICES; i++)
+        q += snap[i * 3];
+    CHECK(q > 0);
+    pm_run_result res;
+    uint64_t per_slice[N_SLICES];
+    CHECK_EQ(pm_runtime_stop(rt, &res, per_slice), 0);
+    CHECK_EQ(pm_runtime_stop(rt, &res, per_slice), -EINVAL);
+    CHECK_EQ(res.completed, res.dispatched);
+    CHECK_EQ(sum(per_slice, N_SLICES), res.completed);
+    CHECK(q <= res.completed);
+    check_all_loaded(rt, "dense");
+    /* under a one-core schedule, each slice's queries ran on its one worker:
+     * with one slice per worker group the counts still add up */
+    pm_runtime_destroy(rt);
+}
+
+/* Probe hook: reads at batch boundaries add per-slice deltas. */
+static const char *const probe_names[] = {"probe_reads", "task_clock_ns", "llc_misses"};
+static _Atomic int probes_open;
+
+static int probe_open(void *ctx, int cpu, void **state)
+{
+    (void)ctx;
+    (void)cpu;
+    uint64_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    *state = s;
+    atomic_fetch_add(&probes_open, 1);
+    return 0;
+}
+
+static void probe_read(void *state, uint64_t *values)
+{
+    uint64_t *reads = state;
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    values[0] = ++*reads;
+    values[1] = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    values[2] = PM_STAT_UNAVAILABLE; /* like a hardware counter in a VM */
+}
+
+static void probe_close(void *state)
+{
+    free(state);
+    atomic_fetch_sub(&probes_open, 1);
+}
+
+static int probe_open_fail(void *ctx, int cpu, void **state)
+{
+    (void)ctx, (void)cpu, (void)state;
+    return -EACCES;
+}
+
+static void test_probe(void)
+{
+    pm_probe_ops ops = {probe_open, probe_read, probe_close, 3, probe_names};
+    pm_runtime *rt = make("uniform", PM_BOUNDARIES_EQUAL_COUNT, &ops);
+    CHECK_EQ(pm_runtime_n_stats(rt), 6);
+    CHECK(strcmp(pm_runtime_stat_name(rt, 4), "task_clock_ns") == 0);
+    pm_workload_spec spec = {.mix = "ycsb-c", .distribution = "uniform", .seed = 1};
+    pm_run_result res;
+    char err[256];
+    CHECK_EQ(pm_runtime_run(rt, &spec, 0.2, &res, NULL, err, sizeof err), 0);
+    CHECK_EQ(atomic_load(&probes_open), 0);
+    enum { NS = 6 };
+    uint64_t snap[N_SLICES * NS];
+    CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * NS), 0);
+    uint64_t q = 0, batches = 0;
+    for (unsigned i = 0; i < N_SLICES; i++) {
+        q += snap[i * NS];
+        batches += snap[i * NS + 3];
+        if (snap[i * NS] > 0) {
+            CHECK(snap[i * NS + 3] > 0); /* every slice with queries had probe reads */
+            CHECK(snap[i * NS + 5] == PM_STAT_UNAVAILABLE); /* never 0 */
+        }
+    }
+    CHECK_EQ(q, res.completed);
+    /* a batch has at most batch_queries (100) queries */
+    CHECK(batches * 100 >= q);
+    pm_runtime_destroy(rt);
+
+    pm_probe_ops bad = {probe_open_fail, probe_read, probe_close, 3, probe_names};
+    rt = make("dense", PM_BOUNDARIES_EQUAL_COUNT, &bad);
+    CHECK_EQ(pm_runtime_run(rt, &spec, 0.05, &res, NULL, err, sizeof err), -EACCES);
+    CHECK(strstr(err, "probe open failed") != NULL);
+    pm_runtime_destroy(rt);
+}
+
+int main(void)
+{
+    test_slices();
+    test_runs();
+    test_live_switch();
+    test_probe();
+    printf("test_runtime: ok\n");
+    return 0;
+}

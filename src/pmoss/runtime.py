@@ -1,0 +1,248 @@
+"""Python binding of the native runtime (libpmoss.so) through cffi in ABI mode.
+
+Python only configures, starts and reads the runtime; every query runs in C.
+The library is found through ``PMOSS_LIB`` or ``<repo>/build/runtime/libpmoss.so``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from cffi import FFI
+
+from pmoss.errors import PmossError
+
+_CDEF = """
+typedef struct pm_migration_report {
+    uint64_t slices_moved; uint64_t pages_moved; uint64_t pages_failed;
+    uint64_t pages_absent; double seconds;
+} pm_migration_report;
+typedef enum pm_schedule_kind {
+    PM_KIND_OS_DEFAULT = 0, PM_KIND_OS_INTERLEAVE, PM_KIND_SE_NUMA, PM_KIND_SN_NUMA,
+    PM_KIND_SN_GROUPED, PM_KIND_SN_SPREAD, PM_KIND_SN_MIXED, PM_KIND_SN_RANDOM,
+    PM_KIND_LEARNED, PM_KIND_COUNT
+} pm_schedule_kind;
+typedef struct pm_schedule pm_schedule;
+int pm_schedule_kind_parse(const char *name, pm_schedule_kind *kind);
+int pm_schedule_create(pm_schedule_kind kind, unsigned n_slices, const int *node,
+                       const int *core, const char *machine, pm_schedule **out);
+int pm_schedule_parse_json(const char *text, size_t len, pm_schedule **out,
+                           char *err, size_t err_len);
+void pm_schedule_destroy(pm_schedule *s);
+typedef struct pm_workload_spec {
+    const char *mix; const char *distribution; double zipf_theta; double hotspot_data;
+    double hotspot_ops; uint32_t scan_min; uint32_t scan_max; uint64_t seed;
+} pm_workload_spec;
+typedef struct pm_probe_ops {
+    void *open; void *read; void *close; int n_values; const char *const *names;
+} pm_probe_ops;
+typedef struct pm_probe_config { int mode; const char *model; int disable_rdpmc; } pm_probe_config;
+extern pm_probe_ops pm_collector_probe_ops;  /* const in C; cffi ABI mode reads consts as values */
+typedef enum pm_boundaries { PM_BOUNDARIES_EQUAL_COUNT = 0, PM_BOUNDARIES_EQUAL_WIDTH = 1 } pm_boundaries;
+typedef struct pm_runtime_config {
+    uint64_t n_keys; const char *dataset; uint64_t seed; unsigned n_slices;
+    pm_boundaries boundaries; unsigned leaf_capacity; unsigned batch_queries;
+    unsigned queue_capacity; unsigned routers_per_node; unsigned max_workers;
+    int share_cpus; const pm_probe_ops *probe; void *probe_ctx;
+} pm_runtime_config;
+typedef struct pm_runtime pm_runtime;
+void pm_runtime_config_init(pm_runtime_config *cfg);
+int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err, size_t err_len);
+void pm_runtime_destroy(pm_runtime *rt);
+unsigned pm_runtime_n_slices(const pm_runtime *rt);
+int pm_runtime_n_nodes(const pm_runtime *rt);
+unsigned pm_runtime_worker_cpus(const pm_runtime *rt, int *cpus, unsigned cap);
+int pm_runtime_cpu_node(const pm_runtime *rt, int cpu);
+void pm_runtime_slice_bounds(const pm_runtime *rt, uint64_t *lower);
+int pm_runtime_set_schedule(pm_runtime *rt, const pm_schedule *s,
+                            pm_migration_report *report, char *err, size_t err_len);
+typedef struct pm_run_result {
+    uint64_t dispatched; uint64_t completed; double seconds; double throughput;
+} pm_run_result;
+int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
+                   pm_run_result *result, uint64_t *slice_queries, char *err, size_t err_len);
+unsigned pm_runtime_n_stats(const pm_runtime *rt);
+const char *pm_runtime_stat_name(const pm_runtime *rt, unsigned i);
+int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap);
+int pm_runtime_lookup(pm_runtime *rt, uint64_t key, uint64_t *value);
+uint64_t pm_runtime_n_keys(pm_runtime *rt);
+"""
+
+_ERR_LEN = 512
+_UNAVAILABLE = 2**64 - 1  # PM_STAT_UNAVAILABLE: reported as None, never 0
+_PROBE_MODES = {"auto": 0, "hardware": 1, "software": 2}  # pm_counter_mode (collector.h)
+_ffi = FFI()
+_ffi.cdef(_CDEF)
+_lib: Any = None
+
+
+class NativeRuntimeError(PmossError):
+    """The native runtime refused a call (bad config, workload, or missing library)."""
+
+
+class ScheduleError(PmossError):
+    """A schedule was rejected; the message is the runtime's, naming the first bad slice."""
+
+
+def library_path() -> Path:
+    """Where libpmoss.so is expected: $PMOSS_LIB, else <repo>/build/runtime/libpmoss.so."""
+    env = os.environ.get("PMOSS_LIB")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "build" / "runtime" / "libpmoss.so"
+
+
+def load_library() -> Any:
+    """dlopen libpmoss.so once; raises NativeRuntimeError with the path if it is not built."""
+    global _lib
+    if _lib is None:
+        path = library_path()
+        if not path.exists():
+            raise NativeRuntimeError(f"{path} not found: build it with `cmake -S . -B build && cmake --build build`, or set PMOSS_LIB")
+        _lib = _ffi.dlopen(str(path))
+    return _lib
+
+
+def _message(err: Any) -> str:
+    return _ffi.string(err).decode("utf-8", "replace")
+
+
+@dataclass
+class MigrationReport:
+    slices_moved: int
+    pages_moved: int
+    pages_failed: int
+    pages_absent: int
+    seconds: float
+
+
+class Runtime:
+    """A loaded, sliced index with its thread-per-core runtime (see runtime.h)."""
+
+    def __init__(self, n_keys: int, dataset: str = "dense", seed: int = 1, n_slices: int = 256, *,
+                 equal_width: bool = False, leaf_capacity: int = 255, batch_queries: int = 100,
+                 queue_capacity: int = 1024, routers_per_node: int = 1, max_workers: int = 0,
+                 share_cpus: bool | None = None, probe: str | None = None) -> None:
+        """probe: None (own counts only) or a collector counter mode: auto | software | hardware."""
+        self._lib = load_library()
+        cfg = _ffi.new("pm_runtime_config *")
+        self._lib.pm_runtime_config_init(cfg)
+        self._dataset = _ffi.new("char[]", dataset.encode())
+        cfg.n_keys, cfg.dataset, cfg.seed, cfg.n_slices = n_keys, self._dataset, seed, n_slices
+        cfg.boundaries = 1 if equal_width else 0
+        cfg.leaf_capacity, cfg.batch_queries, cfg.queue_capacity = leaf_capacity, batch_queries, queue_capacity
+        cfg.routers_per_node, cfg.max_workers = routers_per_node, max_workers
+        cfg.share_cpus = -1 if share_cpus is None else int(share_cpus)
+        if probe is not None:
+            if probe not in _PROBE_MODES:
+                raise NativeRuntimeError(f"probe must be one of {sorted(_PROBE_MODES)}, got {probe!r}")
+            try:
+                cfg.probe = _ffi.addressof(self._lib, "pm_collector_probe_ops")
+            except AttributeError as exc:
+                raise NativeRuntimeError(f"{library_path()} was built without the collector: no probe") from exc
+            self._probe_cfg = _ffi.new("pm_probe_config *", {"mode": _PROBE_MODES[probe]})
+            cfg.probe_ctx = self._probe_cfg
+        out = _ffi.new("pm_runtime **")
+        err = _ffi.new("char[]", _ERR_LEN)
+        if self._lib.pm_runtime_create(cfg, out, err, _ERR_LEN) != 0:
+            raise NativeRuntimeError(f"runtime create failed: {_message(err)}")
+        self._rt = _ffi.gc(out[0], self._lib.pm_runtime_destroy)
+        self.n_slices = int(self._lib.pm_runtime_n_slices(self._rt))
+
+    # ---- topology ----
+    @property
+    def n_nodes(self) -> int:
+        return int(self._lib.pm_runtime_n_nodes(self._rt))
+
+    def worker_cpus(self) -> list[int]:
+        cpus = _ffi.new("int[]", 4096)
+        n = self._lib.pm_runtime_worker_cpus(self._rt, cpus, 4096)
+        return [int(cpus[i]) for i in range(min(n, 4096))]
+
+    def cpu_node(self, cpu: int) -> int:
+        return int(self._lib.pm_runtime_cpu_node(self._rt, cpu))
+
+    def slice_bounds(self) -> list[int]:
+        lower = _ffi.new("uint64_t[]", self.n_slices)
+        self._lib.pm_runtime_slice_bounds(self._rt, lower)
+        return [int(x) for x in lower]
+
+    # ---- schedules ----
+    def set_schedule(self, node: Sequence[int], core: Sequence[int], kind: str, machine: str = "") -> MigrationReport:
+        """Validate, migrate and enforce; raises ScheduleError (old schedule kept) on rejection."""
+        kind_c = _ffi.new("pm_schedule_kind *")
+        if self._lib.pm_schedule_kind_parse(kind.encode(), kind_c) != 0:
+            raise ScheduleError(f"unknown schedule kind {kind!r}")
+        if len(node) != len(core):
+            raise ScheduleError(f"node has {len(node)} entries but core has {len(core)}")
+        out = _ffi.new("pm_schedule **")
+        if self._lib.pm_schedule_create(kind_c[0], len(node), _ffi.new("int[]", list(node)),
+                                        _ffi.new("int[]", list(core)), machine.encode(), out) != 0:
+            raise ScheduleError(f"schedule of {len(node)} slices could not be built")
+        sched = _ffi.gc(out[0], self._lib.pm_schedule_destroy)
+        return self._enforce(sched)
+
+    def set_schedule_json(self, text: str) -> MigrationReport:
+        """Enforce a schedule given as DESIGN §4.2 JSON text."""
+        raw = text.encode()
+        out = _ffi.new("pm_schedule **")
+        err = _ffi.new("char[]", _ERR_LEN)
+        if self._lib.pm_schedule_parse_json(raw, len(raw), out, err, _ERR_LEN) != 0:
+            raise ScheduleError(_message(err))
+        return self._enforce(_ffi.gc(out[0], self._lib.pm_schedule_destroy))
+
+    def _enforce(self, sched: Any) -> MigrationReport:
+        rep = _ffi.new("pm_migration_report *")
+        err = _ffi.new("char[]", _ERR_LEN)
+        if self._lib.pm_runtime_set_schedule(self._rt, sched, rep, err, _ERR_LEN) != 0:
+            raise ScheduleError(_message(err))
+        return MigrationReport(int(rep.slices_moved), int(rep.pages_moved), int(rep.pages_failed),
+                               int(rep.pages_absent), float(rep.seconds))
+
+    # ---- running ----
+    def run(self, workload: str, seconds: float, seed: int = 1, *, distribution: str | None = None,
+            zipf_theta: float = 0.0, scan_min: int = 0, scan_max: int = 0) -> dict[str, Any]:
+        """Run a workload for `seconds`; per-slice counts are this run's, stats cumulative."""
+        spec = _ffi.new("pm_workload_spec *")
+        keep = [_ffi.new("char[]", workload.encode())]
+        spec.mix = keep[0]
+        if distribution is not None:
+            keep.append(_ffi.new("char[]", distribution.encode()))
+            spec.distribution = keep[1]
+        spec.zipf_theta, spec.scan_min, spec.scan_max, spec.seed = zipf_theta, scan_min, scan_max, seed
+        res = _ffi.new("pm_run_result *")
+        per_slice = _ffi.new("uint64_t[]", self.n_slices)
+        err = _ffi.new("char[]", _ERR_LEN)
+        if self._lib.pm_runtime_run(self._rt, spec, seconds, res, per_slice, err, _ERR_LEN) != 0:
+            raise NativeRuntimeError(f"run of {workload!r} failed: {_message(err)}")
+        return {
+            "workload": workload,
+            "seconds": float(res.seconds),
+            "dispatched": int(res.dispatched),
+            "completed": int(res.completed),
+            "throughput": float(res.throughput),
+            "slice_queries": [int(per_slice[i]) for i in range(self.n_slices)],
+            "stats": self.snapshot(),
+        }
+
+    def snapshot(self) -> dict[str, list[int | None]]:
+        """Latest swept per-slice stats: {stat name: [n_slices values]}, cumulative since create;
+        None where the host cannot measure the counter."""
+        n_stats = int(self._lib.pm_runtime_n_stats(self._rt))
+        buf = _ffi.new("uint64_t[]", self.n_slices * n_stats)
+        self._lib.pm_runtime_snapshot(self._rt, buf, self.n_slices * n_stats)
+        names = [_ffi.string(self._lib.pm_runtime_stat_name(self._rt, j)).decode() for j in range(n_stats)]
+        values = [int(buf[i]) for i in range(self.n_slices * n_stats)]
+        return {name: [None if (v := values[i * n_stats + j]) == _UNAVAILABLE else v for i in range(self.n_slices)]
+                for j, name in enumerate(names)}
+
+    # ---- direct access (checks, not a query path) ----
+    def lookup(self, key: int) -> int | None:
+        val = _ffi.new("uint64_t *")
+        return int(val[0]) if self._lib.pm_runtime_lookup(self._rt, key, val) == 0 else None
+
+    def n_keys(self) -> int:
+        return int(self._lib.pm_runtime_n_keys(self._rt))

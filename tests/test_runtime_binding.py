@@ -1,0 +1,111 @@
+"""The native runtime through its cffi binding (needs build/runtime/libpmoss.so)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pmoss import runtime as rtmod
+
+pytestmark = pytest.mark.skipif(
+    not rtmod.library_path().exists(),
+    reason=f"{rtmod.library_path()} is not built (cmake -S . -B build && cmake --build build)",
+)
+
+N_SLICES = 32
+
+
+@pytest.fixture(scope="module")
+def rt() -> rtmod.Runtime:
+    return rtmod.Runtime(n_keys=50_000, dataset="dense", seed=3, n_slices=N_SLICES, queue_capacity=64)
+
+
+def _one_core(rt: rtmod.Runtime, shift: int = 0) -> tuple[list[int], list[int]]:
+    cpus = rt.worker_cpus()
+    core = [cpus[(i // 4 + shift) % len(cpus)] for i in range(N_SLICES)]
+    return [rt.cpu_node(c) for c in core], core
+
+
+def test_topology_and_bounds(rt: rtmod.Runtime) -> None:
+    assert rt.n_nodes >= 1 and rt.worker_cpus()
+    lower = rt.slice_bounds()
+    assert len(lower) == N_SLICES and lower[0] == 0 and lower == sorted(lower)
+    assert rt.n_keys() == 50_000
+    assert rt.lookup(49_999) == 49_999 and rt.lookup(50_000) is None
+
+
+@pytest.mark.parametrize("workload", ["ycsb-a", "ycsb-c", "ycsb-e", "rsi-25-50-25"])
+def test_run_counts_add_up(rt: rtmod.Runtime, workload: str) -> None:
+    out = rt.run(workload, seconds=0.1, seed=5)
+    assert out["completed"] > 0
+    assert out["completed"] == out["dispatched"]
+    assert sum(out["slice_queries"]) == out["completed"]
+    assert out["throughput"] > 0
+    assert set(out["stats"]) == {"queries", "nodes_visited", "keys_scanned"}
+
+
+def test_every_kind_enforces(rt: rtmod.Runtime) -> None:
+    for i, kind in enumerate(["sn-grouped", "sn-spread", "sn-mixed", "sn-random", "learned"]):
+        node, core = _one_core(rt, i)
+        rep = rt.set_schedule(node, core, kind)
+        assert rep.pages_failed == 0
+        assert rt.run("ycsb-c", 0.05, seed=i)["completed"] > 0
+    for kind, node in [("se-numa", 0), ("sn-numa", 0), ("os-interleave", -1), ("os-default", -1)]:
+        rt.set_schedule([node] * N_SLICES, [-1] * N_SLICES, kind)
+
+
+def test_bad_schedule_names_first_slice(rt: rtmod.Runtime) -> None:
+    node, core = _one_core(rt)
+    core[9], core[12] = 4095, -1
+    with pytest.raises(rtmod.ScheduleError, match=r"^slice 9: core 4095 does not exist"):
+        rt.set_schedule(node, core, "sn-grouped")
+    with pytest.raises(rtmod.ScheduleError, match="schedule has 3 slices but the runtime has 32"):
+        rt.set_schedule([0, 0, 0], [-1, -1, -1], "se-numa")
+    with pytest.raises(rtmod.ScheduleError, match="unknown schedule kind"):
+        rt.set_schedule([0] * N_SLICES, [-1] * N_SLICES, "sn-best")
+    # the previous schedule keeps running
+    assert rt.run("ycsb-b", 0.05)["completed"] > 0
+
+
+def test_schedule_json(rt: rtmod.Runtime) -> None:
+    node, core = _one_core(rt)
+    doc = {"schema_version": 1, "machine": "host", "n_slices": N_SLICES, "kind": "sn-grouped",
+           "node": node, "core": core, "provenance": {"generator": "test", "seed": 1}}
+    rt.set_schedule_json(json.dumps(doc))
+    doc["node"] = node[:-1]
+    with pytest.raises(rtmod.ScheduleError, match=f"node: has {N_SLICES - 1} entries but n_slices is {N_SLICES}"):
+        rt.set_schedule_json(json.dumps(doc))
+
+
+def test_snapshot_cumulative(rt: rtmod.Runtime) -> None:
+    before = rt.snapshot()
+    out = rt.run("ycsb-a", 0.05, seed=9)
+    after = rt.snapshot()
+    gained = [a - b for a, b in zip(after["queries"], before["queries"])]
+    assert gained == out["slice_queries"]
+
+
+def test_bad_workload_and_config() -> None:
+    with pytest.raises(rtmod.NativeRuntimeError, match="unknown dataset"):
+        rtmod.Runtime(n_keys=10, dataset="sparse", n_slices=4)
+    small = rtmod.Runtime(n_keys=1000, n_slices=4)
+    with pytest.raises(rtmod.NativeRuntimeError, match="ycsb-q"):
+        small.run("ycsb-q", 0.01)
+
+
+def test_collector_probe_software() -> None:
+    try:
+        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="software")
+    except rtmod.NativeRuntimeError as exc:
+        pytest.skip(f"collector not linked into libpmoss: {exc}")
+    out = rt.run("ycsb-c", 0.1)
+    stats = out["stats"]
+    assert stats["queries"] == out["slice_queries"]
+    busy = [i for i, q in enumerate(out["slice_queries"]) if q > 0]
+    assert busy and all(stats["task_clock_ns"][i] > 0 for i in busy)
+    # no hardware PMU in this VM: hardware features are null, never 0
+    if "llc_misses" in stats and stats["llc_misses"][busy[0]] is None:
+        assert all(stats["llc_misses"][i] is None for i in busy)
+    with pytest.raises(rtmod.NativeRuntimeError, match="probe must be one of"):
+        rtmod.Runtime(n_keys=100, n_slices=2, probe="magic")
