@@ -23,7 +23,7 @@ def _copy_repo(dst: Path) -> None:
     for name in ("dvc.yaml", "params.yaml", ".dvcignore"):
         if (REPO / name).exists():
             shutil.copy(REPO / name, dst / name)
-    for name in ("datasets/pools", "training", "src/pmoss", ".dvc"):
+    for name in ("datasets/pools", "datasets/learned", "training", "src/pmoss", ".dvc"):
         shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache"))
 
 
@@ -34,6 +34,7 @@ def test_dvc_repro_tiny(tmp_path):
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
     params["offline"].update(episodes_per_cell=24, n_slices=32)
     params["pretrain"]["max_steps"] = 20
+    params["finetune"].update(episodes_per_cell=12, max_steps=10)
     params["evaluate"]["n_slices"] = 32
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow/mlflow.db", "DVC_NO_ANALYTICS": "1"}
@@ -43,7 +44,7 @@ def test_dvc_repro_tiny(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     metrics = json.loads((tmp_path / "eval/metrics.json").read_text())
     assert metrics["source"] == "sim" and metrics["n_cells"] == 4
-    assert metrics["geomean"]["dt-base"]["vs_best_baseline"] > 0
+    assert metrics["geomean"]["dt-base"]["vs_best_baseline"] > 0 and metrics["geomean"]["dt-assistant"]["vs_oracle"] > 0
     assert (tmp_path / "eval/speedup.png").stat().st_size > 1000
     shown = run("metrics", "show")
     assert shown.returncode == 0 and "vs_best_baseline" in shown.stdout
@@ -52,7 +53,7 @@ def test_dvc_repro_tiny(tmp_path):
 
     client = mlflow.MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"], registry_uri=env["MLFLOW_TRACKING_URI"])
     version = client.get_model_version_by_alias("pmoss-dt", "candidate")
-    assert int(version.version) == receipt["version"]
-    assert version.tags["dataset_md5"] and version.tags["git_commit"] and "dt-base" in version.tags["eval_metrics"]
+    assert int(version.version) == receipt["version"] == 2  # base is v1, the assistant v2
+    assert version.tags["dataset"] == "datasets/finetune" and version.tags["git_commit"] and "dt-assistant" in version.tags["eval_metrics"]
     again = run("repro")
     assert again.returncode == 0 and "Running stage" not in again.stdout, again.stdout

@@ -62,7 +62,9 @@ def done_ids(out: Path) -> set[str]:
     return ids
 
 
-def load_backend_machine(backend: str, name: str, source: str = "pool") -> Any:
+def load_backend_machine(backend: str, name: str, source: str = "pool", descriptor: str | None = None) -> Any:
+    if backend == "runtime":
+        return runtime_machine(name, descriptor)
     if backend == "sim":
         from pmoss.sim import UnknownMachineError, list_machines, load_sim_machine
 
@@ -70,12 +72,20 @@ def load_backend_machine(backend: str, name: str, source: str = "pool") -> Any:
             return load_sim_machine(name)
         except UnknownMachineError:
             raise CollectError(f"{source}: field 'machines': unknown simulated machine '{name}' (known: {', '.join(list_machines())})") from None
-    raise CollectError(f"{source}: field 'backend': '{backend}' is not available in this build (use 'sim')")
+    raise CollectError(f"{source}: field 'backend': '{backend}' is not one of sim, runtime")
+
+
+def runtime_machine(name: str, descriptor: str | None) -> Any:
+    """A real host's descriptor: its file if the pool names one, else this host's sysfs."""
+    from pmoss.machine import load_machine
+    from pmoss.topology import discover
+
+    return load_machine(Path(descriptor)) if descriptor else discover(name=name)
 
 
 def pending(pool: Pool, out: Path, source: str = "pool") -> Chunk:
     """The plan's episodes not yet under `out`, with their schedules, in plan order."""
-    machines = {name: load_backend_machine(pool.backend, name, source) for name in pool.machines}
+    machines = {name: load_backend_machine(pool.backend, name, source, pool.descriptors.get(name)) for name in pool.machines}
     finished = done_ids(out)
     todo = []
     for spec in expand(pool):
@@ -96,8 +106,8 @@ def plan_chunks(todo: Chunk, size: int = CHUNK) -> list[Chunk]:
 def run_chunk(chunk: Chunk) -> pa.Table:
     """Run one chunk (one cell) on its backend; the plan owns the episode ids, whatever the backend."""
     spec = chunk[0][0]
-    if spec.backend != "sim":
-        raise CollectError(f"backend: '{spec.backend}' episodes need the runtime + collector on host '{spec.host}', not available in this build")
+    if spec.backend == "runtime":
+        return rows_to_table(run_runtime_chunk(chunk))
     from pmoss.sim import simulate_batch
 
     schedules = [s for _, s in chunk]
@@ -106,6 +116,22 @@ def run_chunk(chunk: Chunk) -> pa.Table:
     for (s, schedule), row in zip(chunk, rows, strict=True):
         row["episode_id"] = spec_id(s, schedule)
     return rows_to_table(rows)
+
+
+def run_runtime_chunk(chunk: Chunk) -> list[dict[str, Any]]:
+    """One cell on this host's native runtime: load the keys once, then per episode enforce its
+    schedule (validate -> migrate -> swap) and run the workload for the window."""
+    from pmoss.testbed import Testbed
+
+    spec = chunk[0][0]
+    bed = Testbed(runtime_machine(spec.machine, spec.descriptor), spec.n_records, spec.dataset, spec.n_slices)
+    rows = []
+    for s, schedule in chunk:
+        bed.enforce(schedule)
+        row = bed.run(s.workload, s.window_s, seed=s.seed, run_index=s.run_index)
+        row["episode_id"] = spec_id(s, schedule)
+        rows.append(row)
+    return rows
 
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:

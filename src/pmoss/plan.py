@@ -38,6 +38,8 @@ class Pool(BaseModel):
     seed: int = 0
     # machine -> testbed host: those episodes run only on that host (Ray resource `host:<name>`)
     hosts: dict[str, str] = {}
+    # machine -> descriptor file for real hosts; absent = `pmoss topology` of the host the episode runs on
+    descriptors: dict[str, str] = {}
 
     @field_validator("workloads")
     @classmethod
@@ -93,6 +95,7 @@ class EpisodeSpec(BaseModel):
     window_s: float
     backend: Backend
     host: str | None = None  # testbed host the episode must run on; None = anywhere
+    descriptor: str | None = None  # a real host's descriptor file (runtime backend)
 
     @property
     def cell(self) -> tuple[str, str, str, int, int, float, str, str | None]:
@@ -133,6 +136,6 @@ def expand(pool: Pool) -> list[EpisodeSpec]:
                         machine=machine, workload=workload, dataset=dataset, kind=kind,
                         schedule_seed=0 if kind in SHARED_KINDS else s, seed=s, run_index=i,
                         n_slices=pool.n_slices, n_records=pool.n_records, window_s=pool.window_s, backend=pool.backend,
-                        host=pool.hosts.get(machine),
+                        host=pool.hosts.get(machine), descriptor=pool.descriptors.get(machine),
                     ))  # fmt: skip
     return specs

@@ -1,0 +1,70 @@
+"""A real testbed host: episodes on the native runtime + collector, turned into raw snapshot rows.
+
+The runtime keeps cumulative per-slice counters (swept from the workers); an episode's counts are
+the difference between the snapshots before and after its window. Counters the host cannot
+measure (no hardware PMU here: only software events) come back as None and are listed in
+`unavailable`; they are never zero. Off-core readings are not wired into the rows yet, so they are
+null and listed unavailable too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from pmoss import __version__
+from pmoss.machine import Machine
+from pmoss.schedule import Schedule
+from pmoss.snapshot import CORE_FEATURES, OFFCORE_LINK, OFFCORE_NODE, SLICE_FEATURES, episode_id, now_utc
+from pmoss.workload import get_workload
+
+UINT64_MAX = 2**64 - 1
+
+
+class Testbed:
+    """One loaded index on this host. Not thread-safe except as the runtime itself allows
+    (`enforce` may run while another thread is inside `run`)."""
+
+    def __init__(self, machine: Machine, n_keys: int, dataset: str = "dense", n_slices: int = 256, seed: int = 1, probe: str = "auto"):
+        from pmoss.runtime import Runtime
+
+        self.machine, self.dataset, self.n_keys = machine, dataset, n_keys
+        self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe)
+        self.n_slices = self.rt.n_slices
+        lower = self.rt.slice_bounds()
+        self.slice_lo, self.slice_hi = lower, [x - 1 for x in lower[1:]] + [UINT64_MAX]
+        self.schedule: Schedule | None = None
+        self._last = self.rt.snapshot()
+
+    def enforce(self, schedule: Schedule) -> Any:
+        """Validate against the descriptor, then validate -> migrate -> swap in the runtime."""
+        schedule.validate_for(self.machine)
+        report = self.rt.set_schedule(schedule.node, schedule.core, schedule.kind, machine=schedule.machine)
+        self.schedule = schedule
+        return report
+
+    def run(self, workload: str, seconds: float, seed: int, run_index: int = 0) -> dict[str, Any]:
+        """Run the workload for `seconds` and return the episode as a raw snapshot row (source=real)."""
+        assert self.schedule is not None, "enforce a schedule before running"
+        result = self.rt.run(workload, seconds, seed=seed)
+        now = result["stats"]
+        delta = {k: None if now[k][0] is None else [a - b for a, b in zip(now[k], self._last[k], strict=True)] for k in SLICE_FEATURES if k in now}
+        self._last = now
+        return self._row(workload, seed, run_index, result, delta)
+
+    def _row(self, workload: str, seed: int, run_index: int, result: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+        s = self.schedule
+        unavailable = [k for k in SLICE_FEATURES if delta.get(k) is None] + list(OFFCORE_NODE + OFFCORE_LINK)
+        hardware = any(delta.get(k) is not None for k in CORE_FEATURES if k != "task_clock_ns")
+        return {
+            "episode_id": episode_id(self.machine.name, workload, self.dataset, s.node, s.core, s.kind, seed, run_index),
+            "source": "real", "machine": self.machine.name, "host": os.uname().nodename, "workload": workload,
+            "workload_params": get_workload(workload).params_json(), "dataset": self.dataset, "n_records": self.n_keys,
+            "schedule_kind": s.kind, "schedule_provenance": json.dumps(s.provenance, sort_keys=True), "seed": seed,
+            "run_index": run_index, "n_slices": self.n_slices, "window_s": result["seconds"],
+            "throughput_qps": result["throughput"], "unavailable": unavailable,
+            "counter_mode": "hardware" if hardware else "software", "collector": f"pmoss-collector {__version__}",
+            "timestamp": now_utc(), "slice_lo": self.slice_lo, "slice_hi": self.slice_hi, "core": s.core, "node": s.node,
+            "queries": result["slice_queries"], **{k: delta.get(k) for k in SLICE_FEATURES},
+        }  # fmt: skip
