@@ -51,6 +51,7 @@ def _mount_subcommands() -> None:
     from pmoss.evaluate import evaluate_command
     from pmoss.legacy import import_legacy_command
     from pmoss.registry import app as registry_app
+    from pmoss.serve import serve_command
     from pmoss.sim.cli import app as sim_app
     from pmoss.train import train_command
 
@@ -61,6 +62,7 @@ def _mount_subcommands() -> None:
     app.command("import-legacy")(import_legacy_command)
     app.add_typer(registry_app, name="registry")
     app.add_typer(sim_app, name="sim")
+    app.command("serve")(serve_command)
 
 
 def main() -> None:

@@ -1,0 +1,109 @@
+"""`pmoss serve`: the loop on the simulated backend, workload-change detection, champion reloads and faults."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from pmoss.bundle import Bundle, save_bundle
+from pmoss.errors import ContractError
+from pmoss.model import DecisionTransformer, DTConfig
+from pmoss.serve import Champion, ServeConfig, SimBackend, Timeline, compare_phases, parse_phases, profile, serve, shift
+from pmoss.sim import load_sim_machine
+from pmoss.snapshot import SLICE_FEATURES
+from pmoss.tokens import META_NAMES, Stats
+
+N = 32
+
+
+def _bundle(path: Path, seed: int = 0) -> Path:
+    torch.manual_seed(seed)
+    f, m = len(SLICE_FEATURES), len(META_NAMES)
+    cfg = DTConfig(n_layer=1, n_head=2, n_embd=32, conv_channels=8, dropout=0.0, n_slices=N, n_features=f, n_meta=m, tile_rows=8, tile_cols=14)
+    stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * m, meta_std=[1.0] * m,
+                  best_return={"intel-skx-4s|ycsb-c": 1e8}, tile_rows=8, tile_cols=14, n_slices=N)  # fmt: skip
+    save_bundle(Bundle(cfg, stats, DecisionTransformer(cfg).state_dict(), {"algo": "dt"}), path / "model.pt")
+    return path
+
+
+def test_parse_phases_errors():
+    assert [p.workload for p in parse_phases("ycsb-c:2, scan:1.5")] == ["ycsb-c", "scan"]
+    with pytest.raises(ContractError, match="unknown workload 'nope'"):
+        parse_phases("nope:3")
+    with pytest.raises(ContractError, match="WORKLOAD:SECONDS"):
+        parse_phases("ycsb-c")
+    with pytest.raises(ContractError, match="must be > 0"):
+        parse_phases("ycsb-c:0")
+
+
+def test_shift_detects_workload_change():
+    from pmoss.policies import generate
+    from pmoss.sim import simulate
+    from pmoss.workload import get_workload
+
+    m = load_sim_machine("intel-skx-4s")
+    s = generate("sn-grouped", m, N)
+    rows = {w: [simulate(m, get_workload(w), "dense", s, seed=i, n_records=1_000_000, window_s=1.0) for i in range(2)] for w in ("ycsb-c", "scan", "ycsb-d")}
+    same = shift(profile(rows["ycsb-c"][0]), profile(rows["ycsb-c"][1]))
+    assert same < 0.05
+    assert shift(profile(rows["ycsb-c"][0]), profile(rows["scan"][0])) > 0.05  # scans appear
+    assert shift(profile(rows["ycsb-c"][0]), profile(rows["ycsb-d"][0])) > 0.05  # the hot range moves
+
+
+def test_serve_sim_end_to_end(tmp_path):
+    timeline = Timeline()
+    champion = Champion(str(_bundle(tmp_path)), timeline)
+    backend = SimBackend(load_sim_machine("intel-skx-4s"), 1_000_000, "dense", N)
+    timeline.clock = lambda: backend.t
+    cfg = ServeConfig(parse_phases("ycsb-c:3,scan:3"))
+    serve(backend, champion, cfg, timeline)
+    events = [r["event"] for r in timeline.rows]
+    assert events.count("throughput") == 6 and events.count("snapshot") == 6
+    assert events.count("inference_start") == events.count("inference_end") == events.count("migration_end") == 2  # start + the shift to scans
+    starts = [r["t_s"] for r in timeline.rows if r["event"] == "inference_start"]
+    assert starts == sorted(starts)
+    timeline.write(tmp_path / "t.parquet")
+    assert pq.read_table(tmp_path / "t.parquet").num_rows == len(timeline.rows)
+    phases = compare_phases(backend, timeline, cfg, ("os-default", "sn-grouped"), rounds=1)
+    assert set(phases) == {"0:ycsb-c", "1:scan"}
+    assert all(e["served"] > 0 and e["served_vs_best"] > 0 for e in phases.values())
+
+
+def test_champion_reload_and_unreachable_server(tmp_path, monkeypatch):
+    from pmoss.registry import register
+    from pmoss.tracking import mlflow_client
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow/mlflow.db")
+    v1 = register(_bundle(tmp_path / "a"), "pmoss-dt", None, None, alias="champion")
+    timeline = Timeline()
+    champion = Champion("models:/pmoss-dt@champion", timeline)
+    champion.refresh()
+    assert champion.version == str(v1) and champion.bundle is not None
+    v2 = register(_bundle(tmp_path / "b", seed=1), "pmoss-dt", None, None, alias="candidate")
+    champion.refresh()
+    assert champion.version == str(v1)  # the alias did not move
+    mlflow_client().MlflowClient().set_registered_model_alias("pmoss-dt", "champion", v2)
+    champion.refresh()
+    assert champion.version == str(v2)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens: serving keeps its model
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    before = champion.bundle
+    champion.refresh()
+    assert champion.bundle is before and champion.version == str(v2)
+    errors = [json.loads(r["detail"]) for r in timeline.rows if r["event"] == "model_error"]
+    assert errors and "reason" in errors[-1]
+
+
+def test_serve_keeps_schedule_when_model_cannot_load(tmp_path):
+    timeline = Timeline()
+    champion = Champion(str(tmp_path / "missing"), timeline)
+    backend = SimBackend(load_sim_machine("intel-skx-4s"), 1_000_000, "dense", N)
+    serve(backend, champion, ServeConfig(parse_phases("ycsb-c:2")), timeline)
+    events = [r["event"] for r in timeline.rows]
+    assert "model_error" in events and "inference_start" not in events
+    assert backend.schedule.kind == "os-default"
+    assert np.isfinite([r["throughput_qps"] for r in timeline.rows if r["event"] == "throughput"]).all()
