@@ -11,7 +11,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PMOSS_LIB := $(CURDIR)/$(BUILD)/runtime/libpmoss.so
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow/mlflow.db
 
-.PHONY: help setup apt venv native demo test test-py test-c test-sanitize bench clean
+.PHONY: help setup apt venv native demo scenario test test-py test-c test-sanitize bench clean
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
@@ -42,6 +42,13 @@ demo: setup  ## run the whole pipeline (dvc repro) on the embedded tiny defaults
 	@echo
 	@echo "metrics: eval/metrics.json   plot: eval/speedup.png   models: pmoss-dt@candidate"
 	@echo "browse:  $(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI)"
+
+# The dynamic scenario (lookup -> scan -> read-write) served by the promoted champion, on a simulated
+# Skylake-X-like machine and on this host's real runtime. Needs the demo's registered model.
+scenario: demo  ## promote the candidate (gated) and serve the dynamic scenario; plots in serve/
+	-pmoss registry promote --eval datasets/pools/eval-tiny.yaml
+	pmoss serve --backend sim --machine intel-skx-4s --phases ycsb-c:20,scan:20,ycsb-a:20 -o serve/sim
+	pmoss serve --backend runtime --keys 1000000 --phases ycsb-c:5,scan:5,ycsb-a:5 -o serve/runtime
 
 test: setup  ## ctest, sanitizer builds, pytest (fast set + the `ci` slice of the slow ones)
 	$(MAKE) test-c
