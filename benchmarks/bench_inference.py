@@ -1,5 +1,7 @@
 """Inference speed: one 256-slice rollout on a 64-core descriptor (issue target: <= 1 s on 2 cores).
 
+    .venv/bin/python benchmarks/bench_inference.py [--quick]   # --quick skips the slow uncached baseline
+
 Baseline, same run: the same rollout without the KV cache (a full-context forward per slice).
 Uses the paper's reference model size (6 layers, 8 heads, 128 dims) with random weights: speed
 does not depend on what the weights learned.
@@ -58,6 +60,7 @@ def rollout_uncached(b: Bundle, m: Machine, row: dict, model: torch.nn.Module) -
 
 def main() -> None:
     torch.set_num_threads(1)  # small per-token ops: threads cost more than they give
+    torch.manual_seed(0)  # the same random weights every run, so the chosen actions (and their cost) repeat
     m = machine_64()
     b = bundle_for(m)
     model = b.model()

@@ -41,7 +41,20 @@ def snapshot_inputs(bundle: Bundle, machine: Machine, row: dict[str, Any]) -> tu
     return torch.tensor(meta, dtype=torch.float32), torch.tensor(feats, dtype=torch.float32), share
 
 
-@torch.no_grad()
+# What the model's head emits, by training algorithm: one rollout loop serves all of them, because
+# greedy is the masked argmax either way and sampling is softmax(head / temperature) (for Q-values,
+# a Boltzmann policy). Only the Decision Transformer is conditioned on a target return.
+HEAD_KIND = {"dt": "logits", "bc": "logits", "cql": "q-values"}
+
+
+def algo_of(bundle: Bundle) -> str:
+    algo = bundle.info.get("algo", "dt")
+    if algo not in HEAD_KIND:
+        raise ValueError(f"model bundle: algo '{algo}' has no rollout; expected one of {', '.join(HEAD_KIND)}")
+    return algo
+
+
+@torch.inference_mode()
 def rollout(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, target_factor: float = 2.0, batch: int = 1,
     temperature: float = 0.0, cap: int | None = None, seed: int = 0, model: torch.nn.Module | None = None,
@@ -53,27 +66,35 @@ def rollout(
     N, R, K = cfg.n_slices, cfg.tile_rows, cfg.tile_cols
     elig = eligibility(machine, R, K).unsqueeze(0).expand(batch, -1)  # [B, A]
     cap = cap or math.ceil(2 * N / machine.n_workers)
-    cell_to_worker = {c: i for i, c in enumerate(tile_cells(machine, K))}
     gen = torch.Generator().manual_seed(seed)
     tile = RunningTile(elig, N, cfg.n_features, R, K)
-    caches: list[dict[str, torch.Tensor]] = [{} for _ in model.blocks]
-    rtg = torch.full((batch,), float(target_factor))
+    caches = model.new_caches(batch)
+    algo_of(bundle)  # a bundle of an unknown algorithm fails here, not with a wrong schedule
+    # Return-to-go before each slice, [N]: the target minus the snapshot's load share already placed,
+    # a float32 running total (bc/cql models ignore it: use_return=False).
+    rtg_seq = torch.empty(N)
+    rtg = torch.tensor(float(target_factor))
+    for t in range(N):
+        rtg_seq[t] = rtg
+        rtg = rtg - float(share[t] * target_factor)
+    blocked = ~elig.clone()  # [B, A] ineligible cells, and cores that reached the cap
     chosen = torch.zeros(batch, N, dtype=torch.long)
     loglik = torch.zeros(batch)
+    rows = torch.arange(batch)
     x = model.embed_meta(meta).expand(batch, 1, -1)  # [B, 1, E]
     for t in range(N):
-        x = torch.cat([x, model.step_tokens(rtg[:, None], tile.tile(), None, t)], dim=1)  # + rtg_t, state_t
+        x = torch.cat([x, model.step_tokens(rtg_seq[t].expand(batch, 1), tile.tile(), None, t)], dim=1)  # + rtg_t, state_t
         h = model.extend(x, caches)[:, -1]  # [B, E] at state_t
-        logits = model.head(h).masked_fill(~elig | (tile.occ >= cap), float("-inf"))
-        logp = torch.log_softmax(logits, -1)
-        a = logp.argmax(-1) if temperature <= 0 else torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen).squeeze(-1)
-        loglik += logp.gather(1, a[:, None]).squeeze(1)
+        logp = torch.log_softmax(model.head(h).masked_fill(blocked, float("-inf")), -1)  # [B, A]
+        a = logp.argmax(-1) if temperature <= 0 else torch.multinomial(torch.softmax(logp / temperature, -1), 1, generator=gen).squeeze(-1)
+        loglik += logp[rows, a]
         chosen[:, t] = a
         tile.place(a, feats[t].expand(batch, -1))
-        rtg = rtg - float(share[t] * target_factor)
+        blocked[rows, a] |= tile.occ[rows, a] >= cap
         x = model.action_token(a, t)  # fed with the next step's tokens
-    workers = np.vectorize(cell_to_worker.__getitem__)(chosen.numpy())
-    return workers, loglik.numpy()
+    cell_to_worker = torch.full((R * K,), -1, dtype=torch.long)
+    cell_to_worker[torch.tensor(tile_cells(machine, K))] = torch.arange(machine.n_workers)
+    return cell_to_worker[chosen].numpy(), loglik.numpy()
 
 
 def propose(

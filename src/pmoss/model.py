@@ -42,6 +42,29 @@ class DTConfig:
         return 2 + self.n_features  # occupancy, eligibility, summed features
 
 
+class KVCache:
+    """One layer's keys and values during rollout, preallocated for the whole episode: [B, H, T_max, D].
+
+    Writing new tokens in place instead of torch.cat-ing a growing tensor every step saves a copy
+    of the whole cache per layer per step; `mask` slices one precomputed causal mask.
+    """
+
+    def __init__(self, batch: int, n_head: int, head_dim: int, causal: torch.Tensor, dtype: torch.dtype):
+        max_tokens = causal.shape[0]  # causal: [T_max, T_max] lower-triangular bool, shared by all layers
+        self.k = torch.empty(batch, n_head, max_tokens, head_dim, dtype=dtype, device=causal.device)
+        self.v = torch.empty_like(self.k)
+        self.causal = causal
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Store k, v [B, H, T, D]; return all keys/values so far and the new tokens' mask [T, length]."""
+        start, end = self.length, self.length + k.shape[2]
+        assert end <= self.k.shape[2], f"KV cache full: {end} tokens > {self.k.shape[2]}"
+        self.k[:, :, start:end], self.v[:, :, start:end] = k, v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end], self.causal[start:end, :end]
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: DTConfig):
         super().__init__()
@@ -52,21 +75,17 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, cache: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
-        if cache is not None:  # rollout: append to the keys/values of earlier tokens
-            if "k" in cache:
-                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
-            cache["k"], cache["v"] = k, v
-        # New tokens attend to all cached ones and causally among themselves.
-        causal = T > 1
-        if cache is not None and k.shape[2] > T:
-            mask = torch.ones(T, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - T)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if cache is not None and cache.length > 0:  # rollout: new tokens attend to all cached ones, causally among themselves
+            k, v, mask = cache.append(k, v)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if T > 1 else None)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=self.dropout if self.training else 0.0)
+            if cache is not None:
+                cache.append(k, v)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # [B, T, C]
         return self.resid_drop(self.proj(y))
 
@@ -80,7 +99,7 @@ class Block(nn.Module):
             nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd), nn.Dropout(cfg.dropout)
         )
 
-    def forward(self, x: torch.Tensor, cache: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), cache)
         return x + self.mlp(self.ln2(x))
 
@@ -151,7 +170,15 @@ class DecisionTransformer(nn.Module):
         """Embedding of slice t's chosen action, [B] -> [B, 1, E] (rollout)."""
         return (self.embed_action(actions) + self.embed_slice.weight[t] + self.embed_kind.weight[2]).unsqueeze(1)
 
-    def extend(self, x: torch.Tensor, caches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
+    def new_caches(self, batch: int, max_tokens: int | None = None) -> list[KVCache]:
+        """Empty per-layer KV caches for a rollout of `batch` episodes (default: meta + 3 tokens per slice)."""
+        c = self.cfg
+        p = self.head.weight
+        n = max_tokens or 1 + 3 * c.n_slices
+        causal = torch.ones(n, n, dtype=torch.bool, device=p.device).tril()
+        return [KVCache(batch, c.n_head, c.n_embd // c.n_head, causal, p.dtype) for _ in self.blocks]
+
+    def extend(self, x: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
         """Run new tokens [B, T, E] through the blocks, appending to the per-layer KV caches."""
         for block, cache in zip(self.blocks, caches, strict=True):
             x = block(x, cache)

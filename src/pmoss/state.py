@@ -45,7 +45,11 @@ def build_tiles(cells: torch.Tensor, feats: torch.Tensor, eligible: torch.Tensor
 
 
 class RunningTile:
-    """The tile during rollout: starts empty, `place` adds one slice at a time. Batched over B."""
+    """The tile during rollout: starts empty, `place` adds one slice at a time. Batched over B.
+
+    The tile tensor is kept and only the placed cell is rewritten per step (the same arithmetic as
+    `build_tiles`, cell by cell), instead of rebuilding all R x K cells every step.
+    """
 
     def __init__(self, eligible: torch.Tensor, n_slices: int, n_features: int, rows: int, cols: int):
         B = eligible.shape[0]
@@ -53,16 +57,19 @@ class RunningTile:
         self.fair = n_slices / eligible.sum(-1).clamp(min=1).float()  # [B]
         self.occ = torch.zeros(B, rows * cols, device=eligible.device)
         self.load = torch.zeros(B, rows * cols, n_features, device=eligible.device)
-        self.elig = eligible.float()
+        self.t = torch.zeros(B, 2 + n_features, rows * cols, device=eligible.device)  # [B, C, A]
+        self.t[:, 1] = eligible.float()
+        self.rows_idx = torch.arange(B, device=eligible.device)
 
     def tile(self) -> torch.Tensor:
-        """Current tile [B, 1, C, R, K]."""
-        B = self.occ.shape[0]
-        t = torch.cat([(self.occ / self.fair[:, None]).unsqueeze(-1), self.elig.unsqueeze(-1), self.load / self.fair[:, None, None]], dim=-1)
-        return t.permute(0, 2, 1).reshape(B, 1, -1, self.rows, self.cols)
+        """Current tile [B, 1, C, R, K] (a view: read it before the next `place`)."""
+        B, C, _ = self.t.shape
+        return self.t.view(B, 1, C, self.rows, self.cols)
 
     def place(self, cells: torch.Tensor, feats: torch.Tensor) -> None:
         """cells [B], feats [B, F]: the slice just placed."""
-        idx = torch.arange(cells.shape[0], device=cells.device)
+        idx = self.rows_idx
         self.occ[idx, cells] += 1
         self.load[idx, cells] += feats
+        self.t[idx, 0, cells] = self.occ[idx, cells] / self.fair
+        self.t[idx, 2:, cells] = (self.load[idx, cells] / self.fair[:, None]).to(self.t.dtype)

@@ -1,0 +1,197 @@
+"""Offline learners (dt, bc, cql): smoke + checkpoint round-trip, exact resume, and the leakage guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from conftest import small_machine
+
+from pmoss.bundle import load_bundle
+from pmoss.infer import propose
+from pmoss.learner import build_algorithm
+from pmoss.machine import save_machine
+from pmoss.snapshot import SLICE_FEATURES
+from pmoss.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats, split_of
+from pmoss.train import EpisodeArrays, StepBatchSampler, TrainConfig, model_config_for, top_quantile_mask
+
+N = 16
+TINY = {"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "conv_channels": 8, "dropout": 0.1}, "batch_size": 8, "lr": 3e-3, "warmup": 2,
+        "val_every": 2, "max_steps": 6}  # fmt: skip
+
+
+def make_tokens(path: Path, episodes: int = 40, seed: int = 0, leak: bool = False) -> Path:
+    """A tokenised dataset of random-policy episodes on a 2-node toy machine (no simulator needed).
+
+    leak=True writes each slice's own action into its features (one-hot of the worker index): a
+    state that showed slice t its own counters would give its action away.
+    """
+    m = small_machine(nodes=2, cpus_per_node=6)
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list] = {f.name: [] for f in TOKENS_SCHEMA}
+    for e in range(episodes):
+        actions = rng.integers(0, m.n_workers, N)
+        feats = rng.normal(0, 1, (N, len(SLICE_FEATURES))).astype(np.float32)
+        if leak:
+            feats[:, : m.n_workers] = np.eye(m.n_workers, dtype=np.float32)[actions] * 5
+        rewards = rng.uniform(50, 150, N).astype(np.float32)
+        eid = f"ep-{seed}-{e}"
+        values = {"episode_id": eid, "source": "sim", "machine": m.name, "workload": "ycsb-c", "dataset": "dense", "schedule_kind": "sn-random",
+                  "split": split_of(eid), "n_slices": N, "meta": rng.normal(0, 1, len(META_NAMES)).astype(np.float32), "features": feats.reshape(-1),
+                  "feature_mask": np.ones(len(SLICE_FEATURES), bool), "actions": actions.astype(np.int16), "rewards": rewards,
+                  "return": float(rewards.sum())}  # fmt: skip
+        for k, v in values.items():
+            rows[k].append(v)
+    table = pa.Table.from_pydict(rows, schema=TOKENS_SCHEMA)
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path / "tokens.parquet")
+    (path / "stats.json").write_text(compute_stats(table, (2, 6)).to_json())
+    save_machine(m, path / "machines" / f"{m.name}.yaml")
+    return path
+
+
+def _batch(ds: EpisodeArrays, idx: list[int]) -> dict[str, torch.Tensor]:
+    items = [ds[i] for i in idx]
+    return {k: torch.stack([it[k] for it in items]) for k in items[0]}
+
+
+def _row(machine, rng) -> dict:
+    row = {"n_slices": N, "window_s": 1.0, "queries": rng.integers(1, 100, N).tolist()}
+    row.update({name: rng.uniform(0, 1000, N).tolist() for name in SLICE_FEATURES})
+    row.update(imc_read_bytes=None, imc_write_bytes=None, link_in_bytes=None, link_out_bytes=None)
+    return row
+
+
+@pytest.mark.parametrize("algo", ["dt", "bc", "cql"])
+def test_learner_smoke_two_steps_and_checkpoint_round_trip(tmp_path, algo):
+    data = make_tokens(tmp_path / "tok")
+    cfg = TrainConfig(**TINY)
+    ds = EpisodeArrays(data, "train", top_quantile=0.5 if algo == "bc" else None)
+    model_cfg = model_config_for(ds.stats, cfg, algo)
+    assert model_cfg.use_return == (algo == "dt")
+    torch.manual_seed(0)
+    learner = build_algorithm(algo, model_cfg, cfg)
+    for step in range(2):
+        out = learner.update(_batch(ds, [0, 1, 2, 3]))
+        assert np.isfinite(out["loss"]), f"{algo} step {step}: loss {out['loss']}"
+    torch.save(learner.training_state(), tmp_path / "state.pt")
+    again = build_algorithm(algo, model_cfg, cfg)
+    again.load_training_state(torch.load(tmp_path / "state.pt", weights_only=False))
+    assert again.step == 2
+    state = torch.get_rng_state()
+    a = learner.update(_batch(ds, [4, 5, 6, 7]))
+    torch.set_rng_state(state)
+    b = again.update(_batch(ds, [4, 5, 6, 7]))
+    assert a == b, "a restored learner must take exactly the same next step"
+
+
+def test_bc_keeps_top_quantile_per_machine_workload():
+    returns = np.array([1.0, 5.0, 3.0, 2.0, 10.0, 20.0, 30.0, 40.0])
+    groups = ["a"] * 4 + ["b"] * 4
+    keep = top_quantile_mask(returns, groups, 0.25)
+    assert keep.tolist() == [False, True, False, False, False, False, False, True]  # the best of each group, not the global top 2
+
+
+def test_step_sampler_is_a_function_of_step_and_rank():
+    full = StepBatchSampler(10, 3, seed=1)
+    it = iter(full)
+    first = [next(it) for _ in range(7)]
+    resumed = iter(StepBatchSampler(10, 3, seed=1, start_step=4))
+    assert [next(resumed) for _ in range(3)] == first[4:]
+    r0, r1 = iter(StepBatchSampler(10, 3, seed=1, rank=0, world=2)), iter(StepBatchSampler(10, 3, seed=1, rank=1, world=2))
+    assert next(r0) == first[0] and next(r1) == first[1]  # ranks split the same global stream
+
+
+@pytest.mark.parametrize("algo", ["dt", "bc", "cql"])
+def test_trained_bundle_rolls_out(tmp_path, algo, monkeypatch):
+    from pmoss.train import train
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    data = make_tokens(tmp_path / "tok")
+    cfg = TrainConfig(**{**TINY, "max_steps": 2})
+    bundle = train(data, tmp_path / "model", cfg, algo=algo, progress=False)
+    assert bundle.info["algo"] == algo and np.isfinite(bundle.info["train_metrics"]["train/loss"])
+    again = load_bundle(tmp_path / "model")
+    m = small_machine(nodes=2, cpus_per_node=6)
+    row = _row(m, np.random.default_rng(0))
+    s = propose(again, m, row)
+    assert s.kind == "learned" and s.validate_for(m) and s == propose(bundle, m, row)
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_resume_after_stop_matches_uninterrupted_run(tmp_path, monkeypatch):
+    """A run cut at step 4 and resumed from last.ckpt ends bit-identical to one that ran 8 steps straight."""
+    from pmoss.train import train
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    data = make_tokens(tmp_path / "tok")
+    cfg = TrainConfig(**{**TINY, "max_steps": 8})
+    straight = train(data, tmp_path / "straight", cfg, algo="cql", progress=False)
+    train(data, tmp_path / "cut", cfg, algo="cql", progress=False, stop_after=4)
+    resumed = train(data, tmp_path / "cut", cfg, algo="cql", progress=False)
+    assert resumed.info["train_metrics"] == straight.info["train_metrics"]
+    for k, v in straight.state_dict.items():
+        assert torch.equal(v, resumed.state_dict[k]), f"{k} differs after resume"
+
+
+def _accuracy(model, ds: EpisodeArrays) -> float:
+    model.eval()
+    with torch.no_grad():
+        b = _batch(ds, list(range(len(ds))))
+        from pmoss.learner import batch_tiles
+
+        logits = model(b["meta"], b["rtg"], batch_tiles(b, model.cfg), b["cells"], b["eligible"])
+        return float((logits.argmax(-1) == b["cells"]).float().mean())
+
+
+def _fit_on_leaky_data(tmp_path: Path, steps: int) -> tuple[float, float]:
+    data = make_tokens(tmp_path / "leak", episodes=64, leak=True)
+    held_out = make_tokens(tmp_path / "leak-eval", episodes=24, seed=1, leak=True)
+    cfg = TrainConfig(**{**TINY, "max_steps": steps, "warmup": 5, "model": {**TINY["model"], "dropout": 0.0}})
+    train_set = EpisodeArrays(data, "all")
+    eval_set = EpisodeArrays(held_out, "all", stats=train_set.stats)
+    torch.manual_seed(0)
+    dt = build_algorithm("dt", model_config_for(train_set.stats, cfg, "dt"), cfg)
+    sampler = iter(StepBatchSampler(len(train_set), 16, seed=0))
+    for _ in range(steps):
+        dt.update(_batch(train_set, next(sampler)))
+    return _accuracy(dt.model, train_set), _accuracy(dt.model, eval_set)
+
+
+def test_leakage_guard_own_counters_do_not_reveal_the_action(tmp_path, monkeypatch):
+    """Random-policy episodes whose features encode their own action: the model must stay at chance.
+
+    With the guard broken (tiles that include slice t's own counters), the same training finds
+    the action: the positive control shows this test has the power to notice a leak.
+    """
+    chance = 1 / small_machine(nodes=2, cpus_per_node=6).n_workers
+    _, held_out = _fit_on_leaky_data(tmp_path / "guarded", steps=120)
+    assert held_out < chance + 0.08, f"held-out accuracy {held_out:.2f} vs chance {chance:.2f}: slice t's own counters leak into state t"
+
+    import pmoss.learner
+
+    monkeypatch.setattr(pmoss.learner, "build_tiles", _inclusive_tiles)
+    _, leaked = _fit_on_leaky_data(tmp_path / "leaky", steps=120)
+    assert leaked > held_out + 0.2, f"positive control: a leaking state should be exploitable ({leaked:.2f} vs {held_out:.2f})"
+
+
+def _inclusive_tiles(cells, feats, eligible, rows, cols):
+    """A broken state builder: slice t's own features already summed into its cell in state t."""
+    from pmoss.state import build_tiles
+
+    tiles = build_tiles(cells, feats, eligible, rows, cols)  # [B, N, C, R, K], exclusive
+    onehot = torch.nn.functional.one_hot(cells, rows * cols).to(feats.dtype)  # [B, N, A]
+    own = (onehot.unsqueeze(-1) * feats.unsqueeze(2)).permute(0, 1, 3, 2).reshape(*tiles.shape[:2], -1, rows, cols)  # [B, N, F, R, K]
+    return torch.cat([tiles[:, :, :2], tiles[:, :, 2:] + own], dim=2)
+
+
+def test_shuffled_returns_are_a_permutation(tmp_path):
+    data = make_tokens(tmp_path / "tok")
+    real, shuffled = EpisodeArrays(data, "train"), EpisodeArrays(data, "train", shuffle_returns=0)
+    assert sorted(real.returns.tolist()) == sorted(shuffled.returns.tolist()) and not np.array_equal(real.rtg, shuffled.rtg)
+    assert np.array_equal(real.cells, shuffled.cells)  # only the returns move, actions and states stay
