@@ -99,3 +99,22 @@ def test_bad_inputs_name_the_field(snb, kwargs, field):
 def test_bad_action_arrays_are_rejected(snb):
     with pytest.raises(ContractError, match="actions"):
         throughput(snb, "ycsb-c", "dense", np.full((1, N), 999), n_records=N_REC)
+
+
+def test_counts_never_negative_on_any_pool_machine():
+    """Raw counts are physical: rounding in miss rates must not produce -1e-8 (dataset validation rejects it)."""
+    import numpy as np
+
+    from pmoss.policies import BASELINE_KINDS, generate
+    from pmoss.sim import list_machines, load_sim_machine, simulate_batch
+    from pmoss.snapshot import SLICE_FEATURES
+    from pmoss.workload import PAPER_WORKLOADS
+
+    for name in list_machines():
+        m = load_sim_machine(name)
+        schedules = [generate(k, m, 64, seed=s) for k in BASELINE_KINDS for s in (0, 1)]
+        for w in PAPER_WORKLOADS:
+            for row in simulate_batch(m, w, "dense", schedules, seeds=list(range(len(schedules)))):
+                for f in SLICE_FEATURES:
+                    if row[f] is not None:
+                        assert np.min(row[f]) >= 0, (name, w, row["schedule_kind"], f)

@@ -197,7 +197,8 @@ def episode_counts(hw: HW, prof: SliceProfile, pl: Placement, sol: Solution, d: 
     ep, sl = np.exp(NOISE_EPISODE * z[:, :1]), np.exp(NOISE_SLICE * z[:, 1 : sizes[0] + n])  # [B, 1], [B, N]
     exact = sol.X[:, None] * prof.share[None, :] * window_s * ep * sl  # [B, N] queries, unrounded
     noise = np.exp(NOISE_COUNTER * z[:, sizes[1] : sizes[2]]).reshape(B, F, n)
-    out = {name: exact * v * noise[:, i] for i, (name, v) in enumerate(per_q.items())}
+    # Miss rates like 1 - hit can round to -1e-8: counts are physical, so clip at zero.
+    out = {name: exact * np.maximum(v, 0.0) * noise[:, i] for i, (name, v) in enumerate(per_q.items())}
     out["context_switches"] = _idle_wakeups(pl, sol, prof, window_s)
     out["queries"] = np.rint(exact).astype(np.int64)
     out["throughput"] = out["queries"].sum(1) / window_s
