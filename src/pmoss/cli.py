@@ -51,6 +51,7 @@ def _mount_subcommands() -> None:
     from pmoss.evaluate import evaluate_command
     from pmoss.legacy import import_legacy_command
     from pmoss.registry import app as registry_app
+    from pmoss.posttrain import post_train_command
     from pmoss.serve import serve_command
     from pmoss.sim.cli import app as sim_app
     from pmoss.train import train_command
@@ -63,6 +64,7 @@ def _mount_subcommands() -> None:
     app.add_typer(registry_app, name="registry")
     app.add_typer(sim_app, name="sim")
     app.command("serve")(serve_command)
+    app.command("post-train")(post_train_command)
 
 
 def main() -> None:
