@@ -49,6 +49,7 @@ def _mount_subcommands() -> None:
     from pmoss.collect import collect_command
     from pmoss.dataset import app as dataset_app
     from pmoss.evaluate import evaluate_command
+    from pmoss.infer import schedule_command
     from pmoss.legacy import import_legacy_command
     from pmoss.registry import app as registry_app
     from pmoss.posttrain import post_train_command
@@ -59,6 +60,7 @@ def _mount_subcommands() -> None:
     app.command("collect")(collect_command)
     app.add_typer(dataset_app, name="dataset")
     app.command("train")(train_command)
+    app.command("schedule")(schedule_command)
     app.command("evaluate")(evaluate_command)
     app.command("import-legacy")(import_legacy_command)
     app.add_typer(registry_app, name="registry")
