@@ -18,7 +18,8 @@ extern const pm_probe_ops pm_collector_probe_ops;
 static const char usage[] =
     "usage: pmoss-runtime [options]\n"
     "Load keys into an OLC B+-tree cut into slices, enforce a spatial schedule,\n"
-    "run a workload and print per-slice and total throughput.\n"
+    "run a workload and print per-slice and total throughput and query latency\n"
+    "percentiles (with --switch-schedule also before, during and after the switch).\n"
     "\n"
     "data:\n"
     "  --keys K               keys to load (default 1000000)\n"
@@ -59,6 +60,15 @@ static void sleep_s(double s)
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+static void print_latency(const char *what, const pm_latency_summary *l)
+{
+    printf("latency %s: %llu queries, p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, "
+           "max %.1f us, mean %.1f us\n",
+           what, (unsigned long long)l->count, (double)l->p50_ns / 1e3, (double)l->p90_ns / 1e3,
+           (double)l->p99_ns / 1e3, (double)l->p999_ns / 1e3, (double)l->max_ns / 1e3,
+           l->mean_ns / 1e3);
 }
 
 static int load_and_set(pm_runtime *rt, const char *path, const char *when)
@@ -209,11 +219,18 @@ int main(int argc, char **argv)
         return 1;
     }
     int status = 0;
+    /* With a switch, latency is read (reset-on-read) at the switch and once
+     * set_schedule returns: before / during (validate + migrate + swap) /
+     * after the switch. Nothing ran before the start, so the first read
+     * covers the run from its beginning. */
+    pm_latency_summary lat_before, lat_during, lat_after;
     if (switch_sched) {
         sleep_s(switch_at);
         char when[64];
         snprintf(when, sizeof when, "enforced at %.3f s", switch_at);
+        pm_runtime_latency(rt, &lat_before);
         status = load_and_set(rt, switch_sched, when);
+        pm_runtime_latency(rt, &lat_during);
         sleep_s(seconds - switch_at);
     } else {
         sleep_s(seconds);
@@ -248,6 +265,13 @@ int main(int argc, char **argv)
     printf("workload %s: %llu queries in %.3f s = %.0f queries/s (dispatched %llu, %u slices)\n",
            spec.mix, (unsigned long long)res.completed, res.seconds, res.throughput,
            (unsigned long long)res.dispatched, n);
+    if (switch_sched) {
+        pm_runtime_latency(rt, &lat_after);
+        print_latency("before switch", &lat_before);
+        print_latency("during switch", &lat_during);
+        print_latency("after switch", &lat_after);
+    }
+    print_latency("run", &res.latency);
     free(q);
     pm_runtime_destroy(rt);
     return status;

@@ -117,6 +117,7 @@ int pm_schedule_validate(const pm_schedule *s, unsigned n_slices, const pm_topol
 
 typedef struct pm_queue_cell {
     _Atomic uint64_t seq;
+    uint64_t t_ns;  /* enqueue time (pm_now_ns) or 0, carried next to the query */
     pm_query q;
 } pm_queue_cell;
 
@@ -134,4 +135,96 @@ void pm_queue_fini(pm_queue *q);
 int pm_queue_push(pm_queue *q, const pm_query *item);
 /* 0 on success, -EAGAIN when empty. */
 int pm_queue_pop(pm_queue *q, pm_query *item);
+/* The same with an enqueue timestamp travelling with the item: push_stamped
+ * stores pm_now_ns() taken when a free cell is found (so a wait on a full
+ * queue is not counted and failed attempts read no clock); pop_at returns
+ * it (0 for items from pm_queue_push, which pm_queue_pop drops). */
+int pm_queue_push_stamped(pm_queue *q, const pm_query *item);
+int pm_queue_pop_at(pm_queue *q, pm_query *item, uint64_t *t_ns);
+
+/* ---- latency histograms: per-worker, log2 buckets with linear sub-buckets ---- */
+
+/* Bucket b < PM_LAT_SUB holds exactly the value b. Above, a value v with its
+ * highest set bit at position m >= PM_LAT_SUB_BITS falls in bucket
+ * (m - PM_LAT_SUB_BITS + 1) * PM_LAT_SUB + the PM_LAT_SUB_BITS bits below
+ * that bit: 16 equal sub-buckets per power of two, so a bucket is at most
+ * 1/16 (6.25%) as wide as its lowest value (HDR-style, 2 significant hex
+ * digits). 61 major groups cover all of uint64; 64 x 16 counters = 8 KiB. */
+#define PM_LAT_SUB_BITS 4
+#define PM_LAT_SUB (1u << PM_LAT_SUB_BITS)
+#define PM_LAT_BUCKETS (64u * PM_LAT_SUB)
+
+static inline unsigned pm_lat_bucket(uint64_t ns)
+{
+    if (ns < PM_LAT_SUB)
+        return (unsigned)ns;
+    unsigned m = 63u - (unsigned)__builtin_clzll(ns);
+    return (m - PM_LAT_SUB_BITS + 1) * PM_LAT_SUB +
+           (unsigned)((ns >> (m - PM_LAT_SUB_BITS)) & (PM_LAT_SUB - 1));
+}
+
+/* Smallest and largest value (inclusive) that land in bucket b. */
+uint64_t pm_lat_bucket_low(unsigned b);
+uint64_t pm_lat_bucket_high(unsigned b);
+
+/* One writer's histogram (a worker's). The writer records with plain
+ * relaxed load+store (no RMW: it is the only writer of the counters);
+ * readers never reset it — they remember what they last read (a
+ * pm_lat_cursor) and take differences, so every sample lands in exactly one
+ * reader interval. max_ns is the exception: an interval maximum cannot be
+ * differenced, so the interval reader exchanges it with 0 and the writer
+ * raises it with a CAS (only when a sample beats it: rare). run_max_ns has
+ * no concurrent reader (reset before a run's workers start, read after they
+ * are joined), so the writer updates it without RMW. */
+typedef struct pm_lat_hist {
+    _Atomic uint64_t count[PM_LAT_BUCKETS];
+    _Alignas(PM_CACHE_LINE) _Atomic uint64_t sum_ns;
+    _Atomic uint64_t max_ns;
+    _Atomic uint64_t run_max_ns;
+} pm_lat_hist;
+
+/* Record one sample. Called only by the histogram's writer thread. */
+static inline void pm_lat_record(pm_lat_hist *h, uint64_t ns)
+{
+    /* relaxed: single writer; published by the release store below */
+    atomic_store_explicit(&h->sum_ns, atomic_load_explicit(&h->sum_ns, memory_order_relaxed) + ns,
+                          memory_order_relaxed);
+    uint64_t m = atomic_load_explicit(&h->max_ns, memory_order_relaxed);
+    /* relaxed CAS: the release store below orders it before the count */
+    while (ns > m && !atomic_compare_exchange_weak_explicit(&h->max_ns, &m, ns, memory_order_relaxed,
+                                                            memory_order_relaxed))
+        ;
+    if (ns > atomic_load_explicit(&h->run_max_ns, memory_order_relaxed))
+        atomic_store_explicit(&h->run_max_ns, ns, memory_order_relaxed);
+    _Atomic uint64_t *c = &h->count[pm_lat_bucket(ns)];
+    /* release: a reader that sees this count (acquire) also sees the sum and
+     * the max that include this sample */
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_release);
+}
+
+/* What one reader last saw of one histogram. */
+typedef struct pm_lat_cursor {
+    uint64_t count[PM_LAT_BUCKETS];
+    uint64_t sum_ns;
+} pm_lat_cursor;
+
+/* A merged interval: bucket counts, sum and max of the samples in it. */
+typedef struct pm_lat_interval {
+    uint64_t count[PM_LAT_BUCKETS];
+    uint64_t sum_ns;
+    uint64_t max_ns;
+} pm_lat_interval;
+
+/* Add to acc what h gained since cur last saw it and advance cur. Takes the
+ * interval max from h->max_ns (exchange, resetting it) when take_max, else
+ * from h->run_max_ns (read only). One reader per cursor at a time; the
+ * writer may run concurrently. */
+void pm_lat_collect(pm_lat_hist *h, pm_lat_cursor *cur, int take_max, pm_lat_interval *acc);
+
+/* Percentiles of a merged interval (see pm_latency_summary). */
+void pm_lat_summarize(const pm_lat_interval *iv, pm_latency_summary *out);
+
+/* CLOCK_MONOTONIC in nanoseconds (vDSO: no syscall on common hosts). Out of
+ * line: clock_gettime needs POSIX feature macros not every unit defines. */
+uint64_t pm_now_ns(void);
 #endif

@@ -13,7 +13,15 @@
  * Routing swaps are RCU-style: routers read the routing table inside an
  * epoch section; pm_runtime_set_schedule swaps the pointer and frees the old
  * table after a grace period. Queries already queued run where they were
- * sent — every tree is safe for any thread — so none is lost or repeated. */
+ * sent — every tree is safe for any thread — so none is lost or repeated.
+ *
+ * Latency. Routers stamp each query with CLOCK_MONOTONIC when it enters a
+ * worker queue (the stamp travels in the queue cell); the worker records
+ * completion - stamp into its own histogram without locks (latency.c,
+ * internal.h). Readers difference the histograms against their cursors:
+ * pm_runtime_latency keeps one cursor set (reset-on-read intervals), start
+ * and stop another (the per-run summary), so the two never disturb each
+ * other. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <numa.h>
@@ -45,6 +53,7 @@ typedef struct worker {
     pm_queue q;
     _Atomic uint64_t *stats;     /* [slice][stat], written only by this worker */
     _Atomic uint64_t completed;  /* written only by this worker */
+    pm_lat_hist *lat;            /* query latencies, written only by this worker */
     uint64_t *scan_buf;
     pthread_t th;
     int probe_rc;
@@ -117,6 +126,10 @@ struct pm_runtime {
     pthread_cond_t snap_cond;
     uint64_t *published;
     uint64_t published_round;
+
+    pthread_mutex_t lat_lock;  /* serialises pm_runtime_latency callers */
+    pm_lat_cursor *lat_read;   /* per worker: what pm_runtime_latency last saw (lat_lock) */
+    pm_lat_cursor *lat_run;    /* per worker: counts at the run's start (ctl) */
 };
 
 /* ------------------------------------------------------------ topology */
@@ -213,7 +226,9 @@ static int setup_threads(pm_runtime *rt)
             rt->cpu_worker[c] = (int)rt->n_workers++;
     }
     rt->workers = calloc(rt->n_workers, sizeof *rt->workers);
-    if (!rt->workers)
+    rt->lat_read = calloc(rt->n_workers, sizeof *rt->lat_read);
+    rt->lat_run = calloc(rt->n_workers, sizeof *rt->lat_run);
+    if (!rt->workers || !rt->lat_read || !rt->lat_run)
         return -ENOMEM;
     for (int n = 0; n < t->n_nodes; n++) {
         rt->node_workers[n] = malloc((rt->n_workers + 1) * sizeof **rt->node_workers);
@@ -230,8 +245,11 @@ static int setup_threads(pm_runtime *rt)
         w->idx = (unsigned)rt->cpu_worker[c];
         w->rt = rt;
         w->stats = calloc(table, sizeof *w->stats);
-        if (!w->stats)
+        /* own cache lines: only this worker writes them */
+        w->lat = aligned_alloc(PM_CACHE_LINE, sizeof *w->lat);
+        if (!w->stats || !w->lat)
             return -ENOMEM;
+        memset(w->lat, 0, sizeof *w->lat);
         int rc = pm_queue_init(&w->q, rt->cfg.queue_capacity);
         if (rc)
             return rc;
@@ -397,6 +415,7 @@ int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err,
     pthread_mutex_init(&rt->ctl, NULL);
     pthread_mutex_init(&rt->snap_lock, NULL);
     pthread_cond_init(&rt->snap_cond, NULL);
+    pthread_mutex_init(&rt->lat_lock, NULL);
     int rc = discover_topology(rt, err, err_len);
     size_t table = (size_t)rt->n_slices * rt->n_stats;
     if (rc == 0) {
@@ -466,6 +485,7 @@ void pm_runtime_destroy(pm_runtime *rt)
         pm_tree_destroy(rt->trees[i]);
     for (unsigned i = 0; rt->workers && i < rt->n_workers; i++) {
         free(rt->workers[i].stats);
+        free(rt->workers[i].lat);
         if (rt->workers[i].q.cells)
             pm_queue_fini(&rt->workers[i].q);
     }
@@ -477,6 +497,8 @@ void pm_runtime_destroy(pm_runtime *rt)
     free(rt->node_n_workers);
     free(rt->cpu_worker);
     free(rt->workers);
+    free(rt->lat_read);
+    free(rt->lat_run);
     free(rt->routers);
     free(rt->sweepers);
     free(rt->trees);
@@ -492,6 +514,7 @@ void pm_runtime_destroy(pm_runtime *rt)
     pthread_mutex_destroy(&rt->ctl);
     pthread_mutex_destroy(&rt->snap_lock);
     pthread_cond_destroy(&rt->snap_cond);
+    pthread_mutex_destroy(&rt->lat_lock);
     free(rt);
 }
 
@@ -725,7 +748,9 @@ static void *router_main(void *arg)
             q.slice = pm_runtime_slice_of(rt, q.key);
             worker *w = &rt->workers[choose_worker(rt, ro, r, &q)];
             unsigned spins = 0;
-            while (pm_queue_push(&w->q, &q) != 0)
+            /* stamped when the query enters the queue: the router's wait
+             * for room (back-pressure) is not part of the query's latency */
+            while (pm_queue_push_stamped(&w->q, &q) != 0)
                 idle_wait(&spins); /* full: wait, never drop */
             sent++;
         }
@@ -814,10 +839,11 @@ static void *worker_main(void *arg)
     unsigned spins = 0;
     for (;;) {
         pm_query q;
+        uint64_t t_enqueued;
         /* acquire: routers were joined before workers_stop was set, so once
          * it reads set, a queue found empty afterwards stays empty */
         int stopping = atomic_load_explicit(&rt->workers_stop, memory_order_acquire);
-        if (pm_queue_pop(&w->q, &q) == 0) {
+        if (pm_queue_pop_at(&w->q, &q, &t_enqueued) == 0) {
             spins = 0;
             if ((int64_t)q.slice != b.slice || b.n == rt->cfg.batch_queries) {
                 batch_close(w, &b);
@@ -825,6 +851,10 @@ static void *worker_main(void *arg)
             }
             pm_op_stats st = {0, 0};
             execute(w, &q, &st);
+            /* CLOCK_MONOTONIC is one clock for all CPUs; the guard only
+             * keeps a misbehaving clock from recording ~2^64 ns */
+            uint64_t t_done = pm_now_ns();
+            pm_lat_record(w->lat, t_done > t_enqueued ? t_done - t_enqueued : 0);
             b.n++;
             b.nodes += st.nodes_visited;
             b.keys += st.keys_scanned;
@@ -989,6 +1019,16 @@ int pm_runtime_start(pm_runtime *rt, const pm_workload_spec *spec, char *err, si
         pthread_mutex_unlock(&rt->ctl);
         return rc;
     }
+    /* The run's latency baseline. No worker runs yet (they are spawned
+     * below, which orders these accesses before theirs), so plain relaxed
+     * reads are exact. */
+    for (unsigned i = 0; i < rt->n_workers; i++) {
+        pm_lat_hist *h = rt->workers[i].lat;
+        for (unsigned b = 0; b < PM_LAT_BUCKETS; b++)
+            rt->lat_run[i].count[b] = atomic_load_explicit(&h->count[b], memory_order_relaxed);
+        rt->lat_run[i].sum_ns = atomic_load_explicit(&h->sum_ns, memory_order_relaxed);
+        atomic_store_explicit(&h->run_max_ns, 0, memory_order_relaxed);
+    }
     atomic_store(&rt->workers_stop, 0);
     atomic_store(&rt->workers_ready, 0);
     atomic_store(&rt->sweep_stop, 0);
@@ -1077,6 +1117,12 @@ int pm_runtime_stop(pm_runtime *rt, pm_run_result *result, uint64_t *slice_queri
         pthread_mutex_unlock(&rt->snap_lock);
     }
     if (result) {
+        /* workers are joined: the run cursors read exact final counts */
+        pm_lat_interval iv;
+        memset(&iv, 0, sizeof iv);
+        for (unsigned i = 0; i < rt->n_workers; i++)
+            pm_lat_collect(rt->workers[i].lat, &rt->lat_run[i], 0, &iv);
+        pm_lat_summarize(&iv, &result->latency);
         result->dispatched = dispatched;
         result->completed = completed;
         result->seconds = rt->t_stop - rt->t_start;
@@ -1123,5 +1169,23 @@ int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap)
     }
     memcpy(values, rt->published, table * sizeof *values);
     pthread_mutex_unlock(&rt->snap_lock);
+    return 0;
+}
+
+int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out)
+{
+    if (!out)
+        return -EINVAL;
+    /* ~8 KiB: fine on any thread that calls into the runtime */
+    pm_lat_interval iv;
+    memset(&iv, 0, sizeof iv);
+    /* lat_lock, not ctl: a reader must not wait behind a set_schedule
+     * migration or a stop draining queues, and needs neither — the workers
+     * and their histograms live from create to destroy */
+    pthread_mutex_lock(&rt->lat_lock);
+    for (unsigned i = 0; i < rt->n_workers; i++)
+        pm_lat_collect(rt->workers[i].lat, &rt->lat_read[i], 1, &iv);
+    pthread_mutex_unlock(&rt->lat_lock);
+    pm_lat_summarize(&iv, out);
     return 0;
 }

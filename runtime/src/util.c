@@ -40,6 +40,13 @@ double pm_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+uint64_t pm_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void pm_errf(char *err, size_t err_len, const char *fmt, ...)
 {
     if (!err || err_len == 0)

@@ -117,8 +117,13 @@ def list_command(name: Annotated[str, typer.Option(help="Registered model name."
     versions = client.search_model_versions(f"name='{name}'")
     if not versions:
         raise RegistryError(f"{name}: no registered versions on {mlflow.get_tracking_uri()}")
+    aliases: dict[str, list[str]] = {}  # search results carry no aliases on a server: ask the model
+    for alias, version in client.get_registered_model(name).aliases.items():
+        aliases.setdefault(str(version), []).append(alias)
     for v in sorted(versions, key=lambda v: int(v.version)):
-        typer.echo(f"{name} v{v.version}  aliases={','.join(v.aliases) or '-'}  commit={v.tags.get('git_commit', '?')[:10]}  eval={v.tags.get('eval_metrics', '-')}")
+        tags = client.get_model_version(name, v.version).tags
+        typer.echo(f"{name} v{v.version}  aliases={','.join(sorted(aliases.get(str(v.version), []))) or '-'}  commit={tags.get('git_commit', '?')[:10]}  "
+                   f"decision={tags.get('promotion_decision', '-')}  eval={tags.get('eval_metrics', '-')}")
 
 
 # ---- promotion gate ------------------------------------------------------------------------------

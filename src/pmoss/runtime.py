@@ -59,9 +59,15 @@ int pm_runtime_cpu_node(const pm_runtime *rt, int cpu);
 void pm_runtime_slice_bounds(const pm_runtime *rt, uint64_t *lower);
 int pm_runtime_set_schedule(pm_runtime *rt, const pm_schedule *s,
                             pm_migration_report *report, char *err, size_t err_len);
+typedef struct pm_latency_summary {
+    uint64_t count; uint64_t p50_ns; uint64_t p90_ns; uint64_t p99_ns; uint64_t p999_ns;
+    uint64_t max_ns; double mean_ns;
+} pm_latency_summary;
 typedef struct pm_run_result {
     uint64_t dispatched; uint64_t completed; double seconds; double throughput;
+    pm_latency_summary latency;
 } pm_run_result;
+int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out);
 int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
                    pm_run_result *result, uint64_t *slice_queries, char *err, size_t err_len);
 unsigned pm_runtime_n_stats(const pm_runtime *rt);
@@ -110,6 +116,12 @@ def _message(err: Any) -> str:
     return _ffi.string(err).decode("utf-8", "replace")
 
 
+def _latency_dict(lat: Any) -> dict[str, Any]:
+    return {"count": int(lat.count), "p50_ns": int(lat.p50_ns), "p90_ns": int(lat.p90_ns),
+            "p99_ns": int(lat.p99_ns), "p999_ns": int(lat.p999_ns), "max_ns": int(lat.max_ns),
+            "mean_ns": float(lat.mean_ns)}
+
+
 @dataclass
 class MigrationReport:
     slices_moved: int
@@ -120,7 +132,13 @@ class MigrationReport:
 
 
 class Runtime:
-    """A loaded, sliced index with its thread-per-core runtime (see runtime.h)."""
+    """A loaded, sliced index with its thread-per-core runtime (see runtime.h).
+
+    Threads: ``run`` may block one thread while another calls ``set_schedule``,
+    ``latency`` or ``snapshot`` (cffi drops the GIL during C calls; the C side
+    serialises schedule changes with start/stop and never makes a latency read
+    wait for them). Only destruction must not race with other calls.
+    """
 
     def __init__(self, n_keys: int, dataset: str = "dense", seed: int = 1, n_slices: int = 256, *,
                  equal_width: bool = False, leaf_capacity: int = 255, batch_queries: int = 100,
@@ -205,7 +223,11 @@ class Runtime:
     # ---- running ----
     def run(self, workload: str, seconds: float, seed: int = 1, *, distribution: str | None = None,
             zipf_theta: float = 0.0, scan_min: int = 0, scan_max: int = 0) -> dict[str, Any]:
-        """Run a workload for `seconds`; per-slice counts are this run's, stats cumulative."""
+        """Run a workload for `seconds`; per-slice counts are this run's, stats cumulative.
+
+        ``latency_p50_ns`` / ``latency_p99_ns`` / ``latency_max_ns`` (and ``latency`` with the
+        full summary) cover every query of this run, whatever ``latency()`` calls another
+        thread made meanwhile; see ``latency`` for what is measured."""
         spec = _ffi.new("pm_workload_spec *")
         keep = [_ffi.new("char[]", workload.encode())]
         spec.mix = keep[0]
@@ -224,9 +246,26 @@ class Runtime:
             "dispatched": int(res.dispatched),
             "completed": int(res.completed),
             "throughput": float(res.throughput),
+            "latency_p50_ns": int(res.latency.p50_ns),
+            "latency_p99_ns": int(res.latency.p99_ns),
+            "latency_max_ns": int(res.latency.max_ns),
+            "latency": _latency_dict(res.latency),
             "slice_queries": [int(per_slice[i]) for i in range(self.n_slices)],
             "stats": self.snapshot(),
         }
+
+    def latency(self) -> dict[str, Any]:
+        """Latency of the queries completed since the previous call (reset-on-read; the first
+        call covers everything since creation): {count, p50_ns, p90_ns, p99_ns, p999_ns,
+        max_ns, mean_ns}, all 0 when count is 0.
+
+        Latency is enqueue-to-completion in nanoseconds (CLOCK_MONOTONIC); percentiles are at
+        most 6.25% above the true value (histogram bucket bound), max is exact. Safe to call
+        from another thread while ``run`` is in progress; consecutive calls partition the
+        completed queries."""
+        out = _ffi.new("pm_latency_summary *")
+        self._lib.pm_runtime_latency(self._rt, out)
+        return _latency_dict(out)
 
     def snapshot(self) -> dict[str, list[int | None]]:
         """Latest swept per-slice stats: {stat name: [n_slices values]}, cumulative since create;

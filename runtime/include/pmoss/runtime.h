@@ -311,21 +311,49 @@ int pm_runtime_set_schedule(pm_runtime *rt, const pm_schedule *s,
 int pm_runtime_start(pm_runtime *rt, const pm_workload_spec *spec, char *err,
                      size_t err_len);
 
+/* Query latency over an interval: the time from the moment a router put a
+ * query into its worker's queue (after any wait for room) to the moment the
+ * worker finished it, CLOCK_MONOTONIC, in nanoseconds. Routers keep every
+ * queue near full, so under load this is mostly queueing delay (Little's
+ * law: about queue fill / per-worker throughput).
+ *
+ * Percentiles come from per-worker histograms with 16 linear sub-buckets per
+ * power of two: values below 32 ns are exact; above, a percentile is the
+ * highest value of its bucket (never below the true percentile, at most
+ * 6.25% above it), capped by max_ns. pXX is the smallest bucket value that
+ * at least XX% of the interval's queries did not exceed. All fields are 0
+ * when count is 0. */
+typedef struct pm_latency_summary {
+    uint64_t count;    /* queries completed in the interval */
+    uint64_t p50_ns;
+    uint64_t p90_ns;
+    uint64_t p99_ns;
+    uint64_t p999_ns;
+    uint64_t max_ns;   /* exact (see pm_runtime_latency for the edge case) */
+    double mean_ns;
+} pm_latency_summary;
+
 /* Totals of one run (start..stop). */
 typedef struct pm_run_result {
     uint64_t dispatched;   /* queries routers handed to workers */
     uint64_t completed;    /* queries workers finished */
     double seconds;        /* start to the moment routers stopped */
     double throughput;     /* completed / seconds */
+    pm_latency_summary latency; /* every query of this run (count == completed);
+                                   independent of pm_runtime_latency readers */
 } pm_run_result;
 
 /* Stop routers, let workers drain their queues (every dispatched query
- * completes), join all threads and do a final sweep. slice_queries (may be
+ * completes), join all threads and do a final sweep. result (may be NULL)
+ * receives the run's totals and latency summary; slice_queries (may be
  * NULL) receives n_slices per-slice completed-query counts of this run.
  * Returns 0 or -EINVAL if not running. */
 int pm_runtime_stop(pm_runtime *rt, pm_run_result *result, uint64_t *slice_queries);
 
-/* start + sleep(seconds) + stop. */
+/* start + sleep(seconds) + stop. No lock is held while it sleeps, so other
+ * threads may call pm_runtime_set_schedule, pm_runtime_snapshot and
+ * pm_runtime_latency during the run (a serving loop: run in one thread,
+ * control from another). */
 int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
                    pm_run_result *result, uint64_t *slice_queries, char *err,
                    size_t err_len);
@@ -339,6 +367,26 @@ const char *pm_runtime_stat_name(const pm_runtime *rt, unsigned i);
  * (capacity cap entries). While running, waits for a sweep round that began
  * after the call. Thread-safe. Returns 0 or -ENOSPC if cap is too small. */
 int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap);
+
+/* Latency of the queries completed since the previous pm_runtime_latency
+ * call (reset-on-read; the first call covers everything since create),
+ * merged over all workers, written to *out (caller-owned).
+ *
+ * Consecutive intervals partition the completed queries: each is counted in
+ * exactly one call's count, so counts summed over calls equal the queries
+ * completed. A query that completes while the call runs goes to this or the
+ * next interval; its contribution to mean_ns may land in the other one, and
+ * if it was the next interval's largest, that max_ns is reported at bucket
+ * precision (the lowest value of its bucket) instead of exactly.
+ *
+ * Thread-safe, also while a workload runs and concurrently with
+ * pm_runtime_set_schedule, start, stop, run and snapshot: it takes only its
+ * own mutex (calls serialise against each other) and reads the workers'
+ * histograms, which workers update without locks. It does not wait for a
+ * sweep. Must not race with pm_runtime_destroy. pm_runtime_stop's
+ * per-run summary is kept separately and is not reset by this call.
+ * Returns 0, or -EINVAL if out is NULL. */
+int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out);
 
 /* Direct single-query access from the calling thread (tests, tools); routed
  * to the owning slice's tree. Same semantics as the pm_tree calls. A scan
