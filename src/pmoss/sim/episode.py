@@ -18,7 +18,7 @@ from pmoss import __version__
 from pmoss.errors import ContractError
 from pmoss.machine import Machine
 from pmoss.schedule import ONE_CORE_KINDS, Schedule
-from pmoss.sim.hardware import HW, hw_for
+from pmoss.sim.hardware import HW, Calibration, hw_for
 from pmoss.sim.model import SPLIT_EVERY, Demand, Solution, solve
 from pmoss.sim.placement import Placement, from_actions, from_schedules, one_core_actions
 from pmoss.sim.pool import load_sim_machine
@@ -67,9 +67,11 @@ class Inputs:
     dataset: str
     n_records: int
     window_s: float
+    calibration: Calibration | None = None  # measured host constants (docs/machine-model.md §14.3)
 
 
-def resolve(machine: Machine | str, workload: Workload | str, dataset: str, n_records: int, window_s: float) -> Inputs:
+def resolve(machine: Machine | str, workload: Workload | str, dataset: str, n_records: int, window_s: float,
+            calibration: Calibration | None = None) -> Inputs:
     """Validate and resolve the common inputs; errors name the field."""
     m = load_sim_machine(machine) if isinstance(machine, str) else machine
     w = get_workload(workload) if isinstance(workload, str) else workload
@@ -77,7 +79,7 @@ def resolve(machine: Machine | str, workload: Workload | str, dataset: str, n_re
         raise SimInputError(f"n_records: must be a positive integer, got {n_records!r}")
     if not window_s > 0:
         raise SimInputError(f"window_s: must be positive, got {window_s!r}")
-    return Inputs(m, w, check_dataset(dataset), int(n_records), float(window_s))
+    return Inputs(m, w, check_dataset(dataset), int(n_records), float(window_s), calibration)
 
 
 def _check_slices(inp: Inputs, n_slices: int) -> None:
@@ -90,17 +92,18 @@ def _check_slices(inp: Inputs, n_slices: int) -> None:
 def model_run(inp: Inputs, placement: Placement, n_slices: int) -> tuple[HW, SliceProfile, Solution, Demand]:
     """The noise-free model for a batch of placements (all of `n_slices` slices)."""
     _check_slices(inp, n_slices)
-    hw = hw_for(inp.machine)
+    hw = hw_for(inp.machine, inp.calibration)
     prof = slice_profile(inp.workload, inp.n_records, n_slices)
     sol, d = solve(hw, prof, placement)
     return hw, prof, sol, d
 
 
 def throughput(machine: Machine | str, workload: Workload | str, dataset: str, schedules: Sequence[Schedule] | np.ndarray,
-               *, n_records: int = 10_000_000) -> np.ndarray:
-    """Noise-free total throughput [B] (queries/s) of schedules, or of one-core action arrays [B, N]."""
-    inp = resolve(machine, workload, dataset, n_records, 1.0)
-    hw = hw_for(inp.machine)
+               *, n_records: int = 10_000_000, calibration: Calibration | None = None) -> np.ndarray:
+    """Noise-free total throughput [B] (queries/s) of schedules, or of one-core action arrays [B, N].
+    calibration: measured constants of a real host replacing the tables (`pmoss.sim.hardware.Calibration`)."""
+    inp = resolve(machine, workload, dataset, n_records, 1.0, calibration)
+    hw = hw_for(inp.machine, inp.calibration)
     if isinstance(schedules, np.ndarray):
         actions = np.atleast_2d(schedules)
         if actions.min() < 0 or actions.max() >= hw.n_workers:
@@ -116,7 +119,7 @@ def _validated(inp: Inputs, schedules: Sequence[Schedule]) -> tuple[list[Schedul
     schedules = list(schedules)
     if not schedules:
         raise SimInputError("schedules: need at least one schedule")
-    hw = hw_for(inp.machine)
+    hw = hw_for(inp.machine, inp.calibration)
     actions: list[np.ndarray | None] = []
     for i, s in enumerate(schedules):
         acts = one_core_actions(hw, s) if s.kind in ONE_CORE_KINDS else None  # fast vectorised check
@@ -131,23 +134,25 @@ def _validated(inp: Inputs, schedules: Sequence[Schedule]) -> tuple[list[Schedul
 
 
 def simulate(machine: Machine | str, workload: Workload | str, dataset: str, schedule: Schedule, *, seed: int,
-             run_index: int = 0, n_records: int = 10_000_000, window_s: float = 10.0) -> dict:
+             run_index: int = 0, n_records: int = 10_000_000, window_s: float = 10.0,
+             calibration: Calibration | None = None) -> dict:
     """One simulated episode as a raw snapshot row (dict in `pmoss.snapshot.SNAPSHOT_SCHEMA`)."""
     return simulate_batch(machine, workload, dataset, [schedule], seeds=[seed], run_indices=[run_index],
-                          n_records=n_records, window_s=window_s)[0]  # fmt: skip
+                          n_records=n_records, window_s=window_s, calibration=calibration)[0]  # fmt: skip
 
 
 def simulate_batch(machine: Machine | str, workload: Workload | str, dataset: str, schedules: Sequence[Schedule], *,
                    seeds: Sequence[int] | int = 0, run_indices: Sequence[int] | int = 0, n_records: int = 10_000_000,
-                   window_s: float = 10.0, noise: bool = True) -> list[dict]:
+                   window_s: float = 10.0, noise: bool = True, calibration: Calibration | None = None) -> list[dict]:
     """Many episodes of one machine / workload / dataset in one vectorised model call.
 
-    seeds and run_indices: one per schedule, or one for all. noise=False gives the model's mean."""
-    inp = resolve(machine, workload, dataset, n_records, window_s)
+    seeds and run_indices: one per schedule, or one for all. noise=False gives the model's mean.
+    calibration: measured host constants (`pmoss.sim.hardware.Calibration`), None for the tables."""
+    inp = resolve(machine, workload, dataset, n_records, window_s, calibration)
     schedules, actions = _validated(inp, schedules)
     B = len(schedules)
     seeds, runs = _per_episode(seeds, B, "seeds"), _per_episode(run_indices, B, "run_indices")
-    hw = hw_for(inp.machine)
+    hw = hw_for(inp.machine, inp.calibration)
     pl = from_schedules(hw, schedules, actions)
     _, prof, sol, d = model_run(inp, pl, schedules[0].n_slices)
     ids = [episode_id(inp.machine.name, inp.workload.name, inp.dataset, s.node, s.core, s.kind, sd, r)

@@ -7,7 +7,7 @@ their sources and how to argue with them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
 import numpy as np
@@ -69,6 +69,7 @@ class HW:
     l2_nodes: float  # cache capacities in 4 KiB tree nodes
     l3_nodes: float
     l4_nodes: float  # per node, 0 without an L4
+    calibration: Calibration | None = None  # measured per-host constants (None: the tables)
 
     @property
     def n_workers(self) -> int:
@@ -95,20 +96,62 @@ class HW:
         return self.uarch.l3_cycles / self.machine.freq_ghz
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """Constants measured on a real host's runtime that replace the table values for that host's
+    descriptor (docs/machine-model.md §14.3). Every field left None keeps the table value, so
+    `Calibration()` changes nothing; the pool machines are never calibrated.
+
+    ipc: effective instructions per cycle of the index code (scales every instruction's time).
+    query_ns: extra worker time per query that the instruction model does not see (runtime
+      dispatch, queue hand-off, wakeups, per-slice stats, probe reads), added to the fixed stalls;
+      fitted so that the model's worker time per query equals the measured worker CPU time of
+      single-worker point lookups.
+    scan_key_insn: instructions per key scanned (model default INSN_SCAN_KEY), fitted from the
+      difference between single-worker scans of two lengths.
+    route_ns: router CPU time per query (model default ROUTE_NS), measured on the router alone.
+    shared_cpus: the routers run on the same CPUs as the workers (no reserved router CPUs): the
+      busy time of all workers plus the routers' X * route_ns must fit into this many CPUs. May be
+      fractional: the effective capacity the runtime gets on a host shared with other jobs.
+    """
+
+    ipc: float | None = None
+    query_ns: float | None = None
+    scan_key_insn: float | None = None
+    route_ns: float | None = None
+    shared_cpus: int | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("ipc", "query_ns", "scan_key_insn", "route_ns", "shared_cpus"):
+            v = getattr(self, f)
+            if v is not None and not (v >= 0 and (f not in ("ipc", "shared_cpus") or v > 0)):
+                raise ValueError(f"Calibration.{f}: must be {'positive' if f in ('ipc', 'shared_cpus') else 'non-negative'}, got {v!r}")
+
+
+def calibrated(hw: HW, cal: Calibration | None) -> HW:
+    """hw with the measured constants of `cal` in place of the tables (hw itself when cal is None)."""
+    if cal is None:
+        return hw
+    uarch = hw.uarch if cal.ipc is None else replace(hw.uarch, ipc=cal.ipc)
+    return replace(hw, uarch=uarch, calibration=cal)
+
+
 C2C_FACTOR = 0.8  # a dirty line from another L3 domain costs ~0.8x a memory access at that distance
 
 
 _CACHE: dict[int, tuple[Machine, HW]] = {}
 
 
-def hw_for(machine: Machine) -> HW:
-    """Cached per descriptor object (descriptors are treated as read-only once loaded)."""
+def hw_for(machine: Machine, calibration: Calibration | None = None) -> HW:
+    """Cached per descriptor object (descriptors are treated as read-only once loaded);
+    `calibration` overrides constants with measured ones (see `Calibration`)."""
     hit = _CACHE.get(id(machine))
     if hit is None or hit[0] is not machine:
         if len(_CACHE) > 64:
             _CACHE.clear()
         hit = _CACHE[id(machine)] = (machine, _build(machine))
-    return hit[1]
+    return calibrated(hit[1], calibration)
 
 
 def _dense(values: list[int]) -> np.ndarray:

@@ -76,7 +76,10 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
     handoff = HANDOFF_LINES * pl.E @ hw.c2c_ns.mean(0) + pl.shared * c2c_ns  # router + shared queue
     fixed = (l2 * hw.l2_ns + l3 * hw.l3_ns + c2c * c2c_ns + stream * (1 - leaf_miss) * hw.l3_ns / hw.uarch.stream_mlp
              + handoff + dep * l4 * hw.uarch.l4_ns)  # fmt: skip
-    insn = _instructions(prof, obj, pl)
+    cal = hw.calibration
+    if cal is not None and cal.query_ns is not None:  # measured runtime overhead per query (§14.3)
+        fixed = fixed + cal.query_ns
+    insn = _instructions(prof, obj, pl, INSN_SCAN_KEY if cal is None or cal.scan_key_insn is None else cal.scan_key_insn)
     shape = mem_lines.shape
     return Demand(
         insn=insn, comp_ns=insn / (hw.uarch.ipc * hw.machine.freq_ghz), fixed_ns=fixed, mem_dep=dep * (1 - l4),
@@ -112,12 +115,12 @@ def _threads_per_slice(pl: Placement) -> np.ndarray:
     return n[pl.exec_group + W * np.arange(B)[:, None]]
 
 
-def _instructions(prof: SliceProfile, obj: Objects, pl: Placement) -> np.ndarray:
+def _instructions(prof: SliceProfile, obj: Objects, pl: Placement, scan_key_insn: float = INSN_SCAN_KEY) -> np.ndarray:
     _, update, insert, scan = prof.op_frac
     leaf = (obj.visits * obj.is_leaf).sum(1)  # [N]
     inner = (obj.visits * ~obj.is_leaf).sum(1)
     per_slice = (INSN_DISPATCH + INSN_INNER * inner + INSN_LEAF * leaf + INSN_UPDATE * update
-                 + INSN_INSERT * insert + INSN_SCAN_KEY * prof.scan_keys * scan)  # fmt: skip
+                 + INSN_INSERT * insert + scan_key_insn * prof.scan_keys * scan)  # fmt: skip
     return per_slice[None, :] + INSN_SHARED_QUEUE * pl.shared
 
 
@@ -212,8 +215,13 @@ def thread_util(hw: HW, ld: _Loads, lat: np.ndarray, X: np.ndarray) -> np.ndarra
 def _pressure(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Max utilisation over threads, routers and memory/links at X [B] -> ([B], which)."""
     lat, rho_mem, rho_link = loaded_latency(hw, ld, X)
-    thread = thread_util(hw, ld, lat, X).max(1)
-    router = X * ROUTE_NS * 1e-9 / hw.n_nodes
+    util = thread_util(hw, ld, lat, X)
+    thread = util.max(1)
+    cal = hw.calibration
+    route_ns = ROUTE_NS if cal is None or cal.route_ns is None else cal.route_ns
+    router = X * route_ns * 1e-9 / hw.n_nodes
+    if cal is not None and cal.shared_cpus is not None:  # routers share the workers' CPUs (§14.3)
+        thread = np.maximum(thread, (util.sum(1) + X * route_ns * 1e-9) / cal.shared_cpus)
     channel = np.maximum(rho_mem.max(1), rho_link.max(1, initial=0.0)) / RHO_MAX
     stack = np.stack([thread, router, channel])  # [3, B]
     return stack.max(0), stack.argmax(0)
