@@ -107,3 +107,24 @@ def test_serve_keeps_schedule_when_model_cannot_load(tmp_path):
     assert "model_error" in events and "inference_start" not in events
     assert backend.schedule.kind == "os-default"
     assert np.isfinite([r["throughput_qps"] for r in timeline.rows if r["event"] == "throughput"]).all()
+
+
+def test_serve_runtime_backend_measures_overheads(tmp_path):
+    from pmoss.runtime import library_path
+
+    if not library_path().exists():
+        pytest.skip("libpmoss.so is not built (make native)")
+    from pmoss.serve import RuntimeBackend, overheads
+    from pmoss.topology import discover
+
+    timeline = Timeline()
+    champion = Champion(str(_bundle(tmp_path)), timeline)
+    backend = RuntimeBackend(discover(name="localhost"), 50_000, "dense", N)
+    serve(backend, champion, ServeConfig(parse_phases("ycsb-c:2,scan:2"), round_s=0.5), timeline)
+    tp = [r for r in timeline.rows if r["event"] == "throughput"]
+    assert len(tp) == 8 and all(r["throughput_qps"] > 0 for r in tp)
+    assert all(json.loads(r["detail"])["latency_p99_ns"] >= json.loads(r["detail"])["latency_p50_ns"] > 0 for r in tp)
+    over = overheads(timeline)
+    assert over and all(o["snapshot_to_enforced_s"] >= o["inference_s"] > 0 for o in over)
+    assert over[0]["p50_during"] is not None and over[0]["p99_before"] > 0
+    assert backend.bed.schedule.kind == "learned"  # the model's schedule is the one running

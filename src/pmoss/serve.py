@@ -101,11 +101,20 @@ class RuntimeBackend:
         self.n_slices = self.bed.n_slices
 
     def enforce(self, schedule: Schedule) -> dict[str, Any]:
+        """Validate -> migrate -> swap; reports pages moved and the latency of queries completed
+        meanwhile (a latency read just before and just after brackets the migration)."""
+        self.bed.rt.latency()
         rep = self.bed.enforce(schedule)
-        return {"slices_moved": rep.slices_moved, "pages_moved": rep.pages_moved, "pages_failed": rep.pages_failed, "move_pages_s": rep.seconds}
+        during = self.bed.rt.latency()
+        return {"slices_moved": rep.slices_moved, "pages_moved": rep.pages_moved, "pages_failed": rep.pages_failed, "move_pages_s": rep.seconds,
+                "latency_p50_ns": during["p50_ns"], "latency_p99_ns": during["p99_ns"], "latency_count": during["count"]}  # fmt: skip
 
     def round(self, workload: str, seconds: float, seed: int) -> dict[str, Any]:
         return self.bed.run(workload, seconds, seed=seed, run_index=seed)
+
+    def round_latency(self) -> dict[str, Any]:
+        r = self.bed.last_result
+        return {"latency_p50_ns": r.get("latency_p50_ns"), "latency_p99_ns": r.get("latency_p99_ns")}
 
 
 class SimBackend:
@@ -126,6 +135,9 @@ class SimBackend:
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+    def round_latency(self) -> dict[str, Any]:
+        return {}  # the machine model predicts throughput, not per-query latency
 
     def round(self, workload: str, seconds: float, seed: int) -> dict[str, Any]:
         from pmoss.sim import simulate
@@ -219,7 +231,7 @@ def serve(backend: Any, champion: Champion, cfg: ServeConfig, timeline: Timeline
             for _ in range(max(1, round(phase.seconds / cfg.round_s))):
                 row = backend.round(phase.workload, cfg.round_s, seed=cfg.seed + rounds)
                 rounds += 1
-                timeline.add("throughput", label, phase.workload, row["throughput_qps"], current.kind)
+                timeline.add("throughput", label, phase.workload, row["throughput_qps"], current.kind, **backend.round_latency())
                 timeline.add("snapshot", label, phase.workload, schedule=current.kind, episode_id=row["episode_id"])
                 if rounds % cfg.check_model_every == 0:
                     champion.refresh()
@@ -270,6 +282,26 @@ def _finish(done: Future, backend: Any, timeline: Timeline, label: str, current:
     except (ScheduleError, ContractError, ValueError) as e:
         timeline.add("rejected", label, reason=str(e))  # the runtime keeps the old schedule
         return current
+
+
+def overheads(timeline: Timeline) -> list[dict[str, Any]]:
+    """Per enforced schedule: seconds from the snapshot to the enforced schedule (inference +
+    migration) and query latency in the round before, during the migration, and the round after."""
+    rows, out = timeline.rows, []
+    for i, r in enumerate(rows):
+        if r["event"] != "inference_start":
+            continue
+        end = next((j for j in range(i, len(rows)) if rows[j]["event"] in ("migration_end", "rejected")), None)
+        if end is None or rows[end]["event"] == "rejected":
+            continue
+        inf_end = next(rows[j]["t_s"] for j in range(i, end + 1) if rows[j]["event"] == "inference_end")
+        before = next((json.loads(rows[j]["detail"]) for j in range(i, -1, -1) if rows[j]["event"] == "throughput"), {})
+        after = next((json.loads(rows[j]["detail"]) for j in range(end, len(rows)) if rows[j]["event"] == "throughput"), {})
+        during = json.loads(rows[end]["detail"])
+        out.append({"phase": r["phase"], "inference_s": inf_end - r["t_s"], "migration_s": rows[end]["t_s"] - inf_end,
+                    "snapshot_to_enforced_s": rows[end]["t_s"] - r["t_s"], "slices_moved": during.get("slices_moved"),
+                    **{f"{k}_{w}": d.get(f"latency_{k}_ns") for w, d in (("before", before), ("during", during), ("after", after)) for k in ("p50", "p99")}})  # fmt: skip
+    return out
 
 
 def compare_phases(backend: Any, timeline: Timeline, cfg: ServeConfig, kinds: tuple[str, ...], rounds: int = 3) -> dict[str, dict[str, Any]]:
@@ -361,7 +393,7 @@ def serve_command(
         from pmoss.policies import BASELINE_KINDS
 
         phases_out = compare_phases(be, timeline, cfg, BASELINE_KINDS)
-        atomic_write_text(output / "phases.json", json.dumps({"source": source, "phases": phases_out}, indent=1) + "\n")
+        atomic_write_text(output / "phases.json", json.dumps({"source": source, "phases": phases_out, "overheads": overheads(timeline)}, indent=1) + "\n")
         _print_phases(phases_out, source)
 
 

@@ -35,6 +35,7 @@ class Testbed:
         lower = self.rt.slice_bounds()
         self.slice_lo, self.slice_hi = lower, [x - 1 for x in lower[1:]] + [UINT64_MAX]
         self.schedule: Schedule | None = None
+        self.last_result: dict[str, Any] = {}  # the runtime's own result of the latest run (latency etc.)
         self._last = self.rt.snapshot()
 
     def enforce(self, schedule: Schedule) -> Any:
@@ -48,6 +49,7 @@ class Testbed:
         """Run the workload for `seconds` and return the episode as a raw snapshot row (source=real)."""
         assert self.schedule is not None, "enforce a schedule before running"
         result = self.rt.run(workload, seconds, seed=seed)
+        self.last_result = result
         now = result["stats"]
         delta = {k: None if now[k][0] is None else [a - b for a, b in zip(now[k], self._last[k], strict=True)] for k in SLICE_FEATURES if k in now}
         self._last = now
