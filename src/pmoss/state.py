@@ -11,7 +11,6 @@ guard tests check. Training builds all N tiles at once; rollout updates one runn
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from pmoss.machine import Machine
 
@@ -32,16 +31,20 @@ def eligibility(machine: Machine, rows: int, cols: int) -> torch.Tensor:
 
 
 def build_tiles(cells: torch.Tensor, feats: torch.Tensor, eligible: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """All N state tiles of a batch: [B, N] cells, [B, N, F] feats, [B, A] eligible -> [B, N, 2+F, R, K]."""
+    """All N state tiles of a batch: [B, N] cells, [B, N, F] feats, [B, A] eligible -> [B, N, 2+F, R, K].
+
+    Each slice's increment is written straight into the output layout one step late (what slice t
+    adds shows from step t+1 on, so slice t is never in its own state), then one in-place cumsum
+    over slices; no [B, N, A, F] intermediates (this is the data loader's hot spot)."""
     B, N, Fdim = feats.shape
-    onehot = F.one_hot(cells, rows * cols).to(feats.dtype)  # [B, N, A]
+    A, C = rows * cols, 2 + Fdim
     fair = (N / eligible.sum(-1).clamp(min=1)).to(feats.dtype)  # [B]
-    occ = (onehot.cumsum(1) - onehot) / fair[:, None, None]  # [B, N, A] exclusive: slice t not yet placed
-    load = onehot.unsqueeze(-1) * feats.unsqueeze(2)  # [B, N, A, F]
-    load = (load.cumsum(1) - load) / fair[:, None, None, None]
-    elig = eligible.to(feats.dtype)[:, None, :, None].expand(B, N, rows * cols, 1)
-    tiles = torch.cat([occ.unsqueeze(-1), elig, load], dim=-1)  # [B, N, A, C]
-    return tiles.permute(0, 1, 3, 2).reshape(B, N, 2 + Fdim, rows, cols)
+    out = torch.zeros(B, N, C, A, dtype=feats.dtype, device=feats.device)
+    src = torch.cat([feats.new_ones(B, N - 1, 1), feats.new_zeros(B, N - 1, 1), feats[:, :-1]], -1) / fair[:, None, None]  # [B, N-1, C]
+    out[:, 1:].scatter_(3, cells[:, :-1, None, None].expand(B, N - 1, C, 1), src.unsqueeze(3))
+    out.cumsum_(1)
+    out[:, :, 1] = eligible.to(feats.dtype)[:, None, :]  # eligibility channel
+    return out.view(B, N, C, rows, cols)
 
 
 class RunningTile:
