@@ -128,3 +128,41 @@ def test_serve_runtime_backend_measures_overheads(tmp_path):
     assert over and all(o["snapshot_to_enforced_s"] >= o["inference_s"] > 0 for o in over)
     assert over[0]["p50_during"] is not None and over[0]["p99_before"] > 0
     assert backend.bed.schedule.kind == "learned"  # the model's schedule is the one running
+
+
+class _RejectingBackend(SimBackend):
+    """A runtime that refuses every learned schedule (as the C runtime does for a bad one)."""
+
+    def enforce(self, schedule):
+        from pmoss.schedule import ScheduleError
+
+        if schedule.kind == "learned":
+            raise ScheduleError("slice 3: core 99 does not exist")
+        return super().enforce(schedule)
+
+
+def test_rejected_schedule_keeps_the_current_one(tmp_path):
+    timeline = Timeline()
+    backend = _RejectingBackend(load_sim_machine("intel-skx-4s"), 1_000_000, "dense", N)
+    serve(backend, Champion(str(_bundle(tmp_path)), timeline), ServeConfig(parse_phases("ycsb-c:3")), timeline)
+    rejected = [json.loads(r["detail"]) for r in timeline.rows if r["event"] == "rejected"]
+    assert rejected and "slice 3" in rejected[0]["reason"]
+    assert backend.schedule.kind == "os-default"
+    assert sum(r["event"] == "throughput" for r in timeline.rows) == 3  # serving went on
+
+
+class _InterruptedBackend(SimBackend):
+    def round(self, workload, seconds, seed):
+        if seed == 2:
+            raise KeyboardInterrupt
+        return super().round(workload, seconds, seed)
+
+
+def test_ctrl_c_stops_cleanly_with_the_timeline(tmp_path):
+    timeline = Timeline()
+    backend = _InterruptedBackend(load_sim_machine("intel-skx-4s"), 1_000_000, "dense", N)
+    serve(backend, Champion(str(_bundle(tmp_path)), timeline), ServeConfig(parse_phases("ycsb-c:10")), timeline)
+    assert timeline.rows[-1]["phase"] == "stopped"
+    assert sum(r["event"] == "throughput" for r in timeline.rows) == 2
+    timeline.write(tmp_path / "t.parquet")
+    assert pq.read_table(tmp_path / "t.parquet").num_rows == len(timeline.rows)
