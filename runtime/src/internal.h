@@ -142,6 +142,24 @@ int pm_queue_pop(pm_queue *q, pm_query *item);
 int pm_queue_push_stamped(pm_queue *q, const pm_query *item);
 int pm_queue_pop_at(pm_queue *q, pm_query *item, uint64_t *t_ns);
 
+/* ---- worker windows: drained queries grouped by slice (runtime.c) ---- */
+
+/* Stable grouping of n drained queries by slice, a counting sort over the
+ * slices present (O(n), independent of the slice count): order[] receives
+ * 0..n-1 grouped by slice, groups in the order of their slice's first query,
+ * indexes ascending within a group (FCFS per slice). gslice[g] is group g's
+ * slice and gend[g] its end in order[]: group g is order[gend[g-1] (0 for
+ * g = 0) .. gend[g]-1]. slot[] has one entry per slice, all -1 on entry and
+ * again on return; group[] is scratch. Arrays other than slot hold n
+ * entries. Returns the number of groups. */
+unsigned pm_group_by_slice(const pm_query *q, unsigned n, int32_t *slot, uint32_t *group,
+                           uint32_t *order, uint32_t *gslice, uint32_t *gend);
+
+/* Queries the calling runtime worker thread has completed so far (since its
+ * run started); 0 on any other thread. For probes that want an exact
+ * per-query counter (tests). */
+uint64_t pm_worker_self_completed(void);
+
 /* ---- latency histograms: per-worker, log2 buckets with linear sub-buckets ---- */
 
 /* Bucket b < PM_LAT_SUB holds exactly the value b. Above, a value v with its

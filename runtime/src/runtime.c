@@ -4,8 +4,10 @@
  *
  * Thread roles. Routers generate queries (one pm_workload stream each), find
  * the slice by binary search over the boundaries and push each query into
- * one worker's bounded queue, waiting while it is full. Workers execute
- * queries FCFS and count per slice. Core sweepers (one per node) sum their
+ * one worker's bounded queue, waiting while it is full. Workers drain up to
+ * batch_queries queued queries at a time (never waiting for more), group
+ * them by slice (FCFS within each slice) and run each slice's group between
+ * two probe readings, counting per slice. Core sweepers (one per node) sum their
  * node's worker tables; the off-core sweeper merges those into the published
  * snapshot. On hosts too small to reserve CPUs, routers and sweepers run
  * unpinned and every CPU runs a worker.
@@ -47,6 +49,20 @@ typedef struct routing {
     uint32_t *target; /* one-core kinds: worker index; sn-numa: node */
 } routing;
 
+/* A worker's drain window: up to cap queries popped at once, then run
+ * grouped by slice (worker_main). All arrays are owned by the worker and
+ * allocated per run (prepare_run). */
+typedef struct window {
+    unsigned cap;      /* min(batch_queries, queue_capacity) */
+    pm_query *q;       /* drained queries, in queue (FCFS) order [cap] */
+    uint64_t *t_ns;    /* their enqueue stamps [cap] */
+    uint32_t *order;   /* execution order: indexes into q, grouped [cap] */
+    uint32_t *group;   /* scratch for pm_group_by_slice [cap] */
+    uint32_t *gslice;  /* slice of each group [cap] */
+    uint32_t *gend;    /* end of each group in order [cap] */
+    int32_t *slot;     /* per slice: group in this window, -1 none [n_slices] */
+} window;
+
 typedef struct worker {
     int cpu, node;
     unsigned idx;
@@ -55,6 +71,7 @@ typedef struct worker {
     _Atomic uint64_t completed;  /* written only by this worker */
     pm_lat_hist *lat;            /* query latencies, written only by this worker */
     uint64_t *scan_buf;
+    window win;
     pthread_t th;
     int probe_rc;
     void *probe_state_ptr;
@@ -761,46 +778,61 @@ static void *router_main(void *arg)
     return NULL;
 }
 
-/* Per-batch state of a worker: consecutive queries of one slice, at most
- * batch_queries long; the probe is read at both ends. */
-typedef struct batch {
-    int64_t slice; /* -1: none open */
-    uint64_t n, nodes, keys;
-    uint64_t *before, *after;
-} batch;
-
-static void batch_close(worker *w, batch *b)
+/* Per-slice stats of one executed group: own counts, and the probe delta
+ * between the readings taken right before its first query and right after
+ * its last one (an unavailable reading makes the stat unavailable). */
+static void add_slice_stats(worker *w, uint32_t slice, uint64_t n, uint64_t nodes, uint64_t keys,
+                            const uint64_t *before, const uint64_t *after)
 {
     pm_runtime *rt = w->rt;
-    if (b->slice < 0)
-        return;
-    _Atomic uint64_t *row = w->stats + (size_t)b->slice * rt->n_stats;
-    uint64_t add[N_OWN_STATS] = {b->n, b->nodes, b->keys};
+    _Atomic uint64_t *row = w->stats + (size_t)slice * rt->n_stats;
+    uint64_t add[N_OWN_STATS] = {n, nodes, keys};
     /* single writer per table: relaxed load+store, no RMW needed; sweepers
      * read relaxed and only need each counter's latest value */
     for (unsigned i = 0; i < N_OWN_STATS; i++)
         atomic_store_explicit(&row[i], atomic_load_explicit(&row[i], memory_order_relaxed) + add[i],
                               memory_order_relaxed);
-    if (rt->has_probe) {
-        rt->probe.read(w->probe_state_ptr, b->after);
-        for (int i = 0; i < rt->probe.n_values; i++) {
-            _Atomic uint64_t *c = &row[N_OWN_STATS + i];
-            uint64_t old = atomic_load_explicit(c, memory_order_relaxed);
-            bool unavailable = old == PM_STAT_UNAVAILABLE || b->before[i] == PM_STAT_UNAVAILABLE ||
-                               b->after[i] == PM_STAT_UNAVAILABLE;
-            atomic_store_explicit(c, unavailable ? PM_STAT_UNAVAILABLE : old + b->after[i] - b->before[i],
-                                  memory_order_relaxed);
-        }
+    if (!rt->has_probe)
+        return;
+    for (int i = 0; i < rt->probe.n_values; i++) {
+        _Atomic uint64_t *c = &row[N_OWN_STATS + i];
+        uint64_t old = atomic_load_explicit(c, memory_order_relaxed);
+        bool unavailable = old == PM_STAT_UNAVAILABLE || before[i] == PM_STAT_UNAVAILABLE ||
+                           after[i] == PM_STAT_UNAVAILABLE;
+        atomic_store_explicit(c, unavailable ? PM_STAT_UNAVAILABLE : old + after[i] - before[i],
+                              memory_order_relaxed);
     }
-    b->slice = -1;
 }
 
-static void batch_open(worker *w, batch *b, uint32_t slice)
+unsigned pm_group_by_slice(const pm_query *q, unsigned n, int32_t *slot, uint32_t *group,
+                           uint32_t *order, uint32_t *gslice, uint32_t *gend)
 {
-    b->slice = slice;
-    b->n = b->nodes = b->keys = 0;
-    if (w->rt->has_probe)
-        w->rt->probe.read(w->probe_state_ptr, b->before);
+    /* count per slice present, groups numbered by first appearance */
+    unsigned ng = 0;
+    for (unsigned i = 0; i < n; i++) {
+        int32_t g = slot[q[i].slice];
+        if (g < 0) {
+            g = (int32_t)ng++;
+            slot[q[i].slice] = g;
+            gslice[g] = q[i].slice;
+            gend[g] = 0;
+        }
+        gend[g]++;
+        group[i] = (uint32_t)g;
+    }
+    /* exclusive prefix sums: gend[g] = start of group g */
+    uint32_t at = 0;
+    for (unsigned g = 0; g < ng; g++) {
+        uint32_t c = gend[g];
+        gend[g] = at;
+        at += c;
+    }
+    /* stable placement; afterwards gend[g] = end of group g */
+    for (unsigned i = 0; i < n; i++)
+        order[gend[group[i]]++] = i;
+    for (unsigned g = 0; g < ng; g++)
+        slot[gslice[g]] = -1;
+    return ng;
 }
 
 static void execute(worker *w, const pm_query *q, pm_op_stats *st)
@@ -824,13 +856,69 @@ static void execute(worker *w, const pm_query *q, pm_op_stats *st)
     }
 }
 
+/* Pop up to win.cap queued queries, never waiting for more. */
+static unsigned drain(worker *w)
+{
+    window *win = &w->win;
+    unsigned n = 0;
+    while (n < win->cap && pm_queue_pop_at(&w->q, &win->q[n], &win->t_ns[n]) == 0)
+        n++;
+    return n;
+}
+
+/* Run a drained window slice group by slice group. The probe is read once
+ * before the first group and once after each group, so each reading closes
+ * one group's counter window and opens the next one's: a window holds
+ * exactly one slice's queries (never a mix) and a window of G groups costs
+ * G + 1 reads instead of one or two per slice change in queue order. */
+static void run_window(worker *w, unsigned n, uint64_t *before, uint64_t *after, uint64_t *done)
+{
+    pm_runtime *rt = w->rt;
+    window *win = &w->win;
+    unsigned ng = pm_group_by_slice(win->q, n, win->slot, win->group, win->order, win->gslice,
+                                    win->gend);
+    if (rt->has_probe)
+        rt->probe.read(w->probe_state_ptr, before);
+    unsigned k = 0;
+    for (unsigned g = 0; g < ng; g++) {
+        uint64_t nodes = 0, keys = 0, first = k;
+        for (; k < win->gend[g]; k++) {
+            unsigned i = win->order[k];
+            pm_op_stats st = {0, 0};
+            execute(w, &win->q[i], &st);
+            /* per query, from its own enqueue stamp (time spent in the
+             * window counts). CLOCK_MONOTONIC is one clock for all CPUs;
+             * the guard only keeps a misbehaving clock from recording ~2^64 */
+            uint64_t t_done = pm_now_ns();
+            pm_lat_record(w->lat, t_done > win->t_ns[i] ? t_done - win->t_ns[i] : 0);
+            nodes += st.nodes_visited;
+            keys += st.keys_scanned;
+            /* relaxed: a progress counter, read after join for the totals */
+            atomic_store_explicit(&w->completed, ++*done, memory_order_relaxed);
+        }
+        if (rt->has_probe)
+            rt->probe.read(w->probe_state_ptr, after);
+        add_slice_stats(w, win->gslice[g], k - first, nodes, keys, before, after);
+        uint64_t *t = before;
+        before = after;
+        after = t;
+    }
+}
+
+static _Thread_local const _Atomic uint64_t *self_completed;
+
+uint64_t pm_worker_self_completed(void)
+{
+    return self_completed ? atomic_load_explicit(self_completed, memory_order_relaxed) : 0;
+}
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
     pm_runtime *rt = w->rt;
     pin_self(w->cpu);
+    self_completed = &w->completed;
     uint64_t probe_buf[2 * PM_PROBE_MAX_VALUES];
-    batch b = {.slice = -1, .before = probe_buf, .after = probe_buf + PM_PROBE_MAX_VALUES};
     w->probe_rc = rt->has_probe ? rt->probe.open(rt->cfg.probe_ctx, w->cpu, &w->probe_state_ptr) : 0;
     atomic_fetch_add(&rt->workers_ready, 1);
     if (w->probe_rc)
@@ -838,37 +926,24 @@ static void *worker_main(void *arg)
     uint64_t done = atomic_load_explicit(&w->completed, memory_order_relaxed);
     unsigned spins = 0;
     for (;;) {
-        pm_query q;
-        uint64_t t_enqueued;
         /* acquire: routers were joined before workers_stop was set, so once
          * it reads set, a queue found empty afterwards stays empty */
         int stopping = atomic_load_explicit(&rt->workers_stop, memory_order_acquire);
-        if (pm_queue_pop_at(&w->q, &q, &t_enqueued) == 0) {
+        unsigned n = drain(w);
+        if (n) {
             spins = 0;
-            if ((int64_t)q.slice != b.slice || b.n == rt->cfg.batch_queries) {
-                batch_close(w, &b);
-                batch_open(w, &b, q.slice);
-            }
-            pm_op_stats st = {0, 0};
-            execute(w, &q, &st);
-            /* CLOCK_MONOTONIC is one clock for all CPUs; the guard only
-             * keeps a misbehaving clock from recording ~2^64 ns */
-            uint64_t t_done = pm_now_ns();
-            pm_lat_record(w->lat, t_done > t_enqueued ? t_done - t_enqueued : 0);
-            b.n++;
-            b.nodes += st.nodes_visited;
-            b.keys += st.keys_scanned;
-            /* relaxed: a progress counter, read after join for the totals */
-            atomic_store_explicit(&w->completed, ++done, memory_order_relaxed);
+            /* every group's stats are stored when the window ends: idle
+             * time finds nothing left to flush for the sweepers */
+            run_window(w, n, probe_buf, probe_buf + PM_PROBE_MAX_VALUES, &done);
             continue;
         }
-        batch_close(w, &b); /* idle: let the sweepers see everything */
         if (stopping)
             break;
         idle_wait(&spins);
     }
     if (rt->has_probe)
         rt->probe.close(w->probe_state_ptr);
+    self_completed = NULL;
     return NULL;
 }
 
@@ -973,8 +1048,14 @@ static void free_run(pm_runtime *rt)
         rt->routers[i].w = NULL;
     }
     for (unsigned i = 0; i < rt->n_workers; i++) {
+        window *win = &rt->workers[i].win;
         free(rt->workers[i].scan_buf);
         rt->workers[i].scan_buf = NULL;
+        free(win->q);
+        free(win->t_ns);
+        free(win->order);
+        free(win->slot);
+        memset(win, 0, sizeof *win);
     }
 }
 
@@ -1000,6 +1081,21 @@ static int prepare_run(pm_runtime *rt, const pm_workload_spec *spec, char *err, 
         rt->workers[i].scan_buf = malloc(rt->scan_max * sizeof(uint64_t));
         if (!rt->workers[i].scan_buf)
             return -ENOMEM;
+        /* a window never holds more than one queue's worth */
+        window *win = &rt->workers[i].win;
+        win->cap = rt->cfg.batch_queries < rt->cfg.queue_capacity ? rt->cfg.batch_queries
+                                                                   : rt->cfg.queue_capacity;
+        win->q = malloc(win->cap * sizeof *win->q);
+        win->t_ns = malloc(win->cap * sizeof *win->t_ns);
+        win->order = malloc(4 * (size_t)win->cap * sizeof *win->order);
+        win->slot = malloc(rt->n_slices * sizeof *win->slot);
+        if (!win->q || !win->t_ns || !win->order || !win->slot)
+            return -ENOMEM;
+        win->group = win->order + win->cap;
+        win->gslice = win->group + win->cap;
+        win->gend = win->gslice + win->cap;
+        for (unsigned s = 0; s < rt->n_slices; s++)
+            win->slot[s] = -1;
         atomic_store(&rt->workers[i].completed, 0);
     }
     return 0;
@@ -1106,7 +1202,7 @@ int pm_runtime_stop(pm_runtime *rt, pm_run_result *result, uint64_t *slice_queri
     atomic_store(&rt->sweep_stop, 1);
     for (int n = 0; n <= rt->topo.n_nodes; n++)
         pthread_join(rt->sweepers[n].th, NULL);
-    /* Final sweep: every worker flushed its last batch before exiting. */
+    /* Final sweep: every worker stored its last window's stats before exiting. */
     for (int n = 0; n < rt->topo.n_nodes; n++)
         sweep_node(rt, &rt->sweepers[n]);
     merge_partials(rt);

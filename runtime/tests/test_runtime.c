@@ -291,12 +291,148 @@ static void test_probe(void)
     pm_runtime_destroy(rt);
 }
 
+
+/* Grouping a drained window: a stable permutation, groups by first
+ * appearance, FCFS inside each slice, slot table left clean. */
+static void test_group_by_slice(void)
+{
+    enum { N = 300, SLICES = 40 };
+    static pm_query q[N];
+    static int32_t slot[SLICES];
+    static uint32_t group[N], order[N], gslice[N], gend[N];
+    for (unsigned s = 0; s < SLICES; s++)
+        slot[s] = -1;
+    pm_rng rng;
+    pm_rng_seed(&rng, 11);
+    unsigned sizes[] = {0, 1, 2, 7, 100, N};
+    for (unsigned t = 0; t < sizeof sizes / sizeof *sizes; t++) {
+        unsigned n = sizes[t];
+        for (unsigned i = 0; i < n; i++) {
+            /* skewed: a few hot slices, like Zipf */
+            unsigned s = (unsigned)pm_rng_below(&rng, SLICES);
+            q[i].slice = pm_rng_below(&rng, 2) ? s % 3 : s;
+            q[i].key = i; /* remembers the queue position */
+        }
+        unsigned ng = pm_group_by_slice(q, n, slot, group, order, gslice, gend);
+        for (unsigned s = 0; s < SLICES; s++)
+            CHECK_EQ(slot[s], -1);
+        CHECK(n == 0 ? ng == 0 : ng >= 1 && ng <= n);
+        unsigned seen[N] = {0}, present[SLICES] = {0};
+        for (unsigned i = 0; i < n; i++)
+            present[q[i].slice] = 1;
+        unsigned k = 0, n_present = 0, prev_first = 0;
+        for (unsigned s = 0; s < SLICES; s++)
+            n_present += present[s];
+        CHECK_EQ(ng, n_present); /* one group per slice present */
+        for (unsigned g = 0; g < ng; g++) {
+            CHECK(gend[g] > k); /* groups are not empty */
+            /* groups come in the order of their slice's first query */
+            if (g > 0)
+                CHECK(prev_first < order[k]);
+            prev_first = order[k];
+            for (unsigned first = k; k < gend[g]; k++) {
+                unsigned i = order[k];
+                CHECK(i < n);
+                CHECK_EQ(q[i].slice, gslice[g]);
+                if (k > first)
+                    CHECK(order[k - 1] < i); /* FCFS within the slice */
+                seen[i]++;
+            }
+        }
+        CHECK_EQ(k, n);
+        for (unsigned i = 0; i < n; i++)
+            CHECK_EQ(seen[i], 1); /* a permutation: nothing lost or doubled */
+    }
+}
+
+/* Exact attribution: a probe whose first counter is the worker's count of
+ * completed queries (so it grows by exactly 1 per query executed) must show,
+ * per slice, a delta equal to that slice's query count. Any counter window
+ * that mixed two slices' queries, or missed a query, breaks the equality.
+ * The second counter counts readings: per slice, one delta per group. */
+static const char *const exact_names[] = {"executed", "readings"};
+
+static int exact_open(void *ctx, int cpu, void **state)
+{
+    (void)ctx, (void)cpu;
+    *state = calloc(1, sizeof(uint64_t));
+    return *state ? 0 : -ENOMEM;
+}
+
+static void exact_read(void *state, uint64_t *values)
+{
+    values[0] = pm_worker_self_completed();
+    values[1] = ++*(uint64_t *)state;
+}
+
+static void test_probe_exact(void)
+{
+    pm_probe_ops ops = {exact_open, exact_read, free, 2, exact_names};
+    /* batch sizes: one query per window, odd, default, above queue capacity */
+    unsigned batches[] = {1, 7, 100, 4096};
+    static const char *mixes[] = {"ycsb-c", "ycsb-a", "rsi-20-30-50", "ycsb-e"};
+    enum { NS = 5 };
+    for (unsigned b = 0; b < sizeof batches / sizeof *batches; b++) {
+        pm_runtime_config cfg;
+        pm_runtime_config_init(&cfg);
+        cfg.n_keys = N_KEYS;
+        cfg.seed = 7;
+        cfg.n_slices = N_SLICES;
+        cfg.probe = &ops;
+        cfg.batch_queries = batches[b];
+        cfg.queue_capacity = 256;
+        pm_runtime *rt;
+        char err[256] = "";
+        CHECK_EQ(pm_runtime_create(&cfg, &rt, err, sizeof err), 0);
+        CHECK_EQ(pm_runtime_n_stats(rt), NS);
+        uint64_t prev[N_SLICES * NS] = {0}, snap[N_SLICES * NS];
+        for (unsigned m = 0; m < 4; m++) {
+            pm_workload_spec spec = {.mix = mixes[m], .seed = m + 1};
+            pm_run_result res;
+            uint64_t per_slice[N_SLICES];
+            CHECK_EQ(pm_runtime_start(rt, &spec, err, sizeof err), 0);
+            /* a live switch mid-run: queued queries finish where they are */
+            sleep_ms(40);
+            pm_schedule *s = m % 2 ? one_core_schedule(rt, PM_KIND_SN_GROUPED, m)
+                                   : shared_schedule(PM_KIND_SE_NUMA);
+            CHECK_EQ(pm_runtime_set_schedule(rt, s, NULL, err, sizeof err), 0);
+            pm_schedule_destroy(s);
+            sleep_ms(40);
+            CHECK_EQ(pm_runtime_stop(rt, &res, per_slice), 0);
+            CHECK_EQ(res.completed, res.dispatched);
+            CHECK_EQ(res.latency.count, res.completed); /* one stamp per query */
+            CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * NS), 0);
+            uint64_t q = 0, groups = 0;
+            for (unsigned i = 0; i < N_SLICES; i++) {
+                uint64_t dq = snap[i * NS] - prev[i * NS];
+                uint64_t dexec = snap[i * NS + 3] - prev[i * NS + 3];
+                uint64_t dread = snap[i * NS + 4] - prev[i * NS + 4];
+                CHECK_EQ(dq, per_slice[i]);
+                CHECK_EQ(dexec, dq); /* the attribution check */
+                CHECK(dread <= dq);  /* a group holds >= 1 query */
+                q += dq;
+                groups += dread;
+            }
+            CHECK_EQ(q, res.completed);
+            /* a group holds at most min(batch, queue capacity) queries */
+            unsigned cap = batches[b] < 256 ? batches[b] : 256;
+            CHECK(groups * cap >= q);
+            if (batches[b] == 1)
+                CHECK_EQ(groups, q);
+            memcpy(prev, snap, sizeof snap);
+        }
+        pm_runtime_destroy(rt);
+    }
+}
+
 int main(void)
 {
     test_slices();
     test_runs();
     test_live_switch();
     test_probe();
+    test_group_by_slice();
+    test_probe_exact();
     printf("test_runtime: ok\n");
     return 0;
 }

@@ -222,8 +222,12 @@ int pm_dataset_generate(const char *dataset, uint64_t n, uint64_t seed, uint64_t
 /* Per-worker counter probe implemented by the collector. open() runs on the
  * worker's thread after it is pinned to worker_cpu and returns 0 or -errno;
  * read() writes n_values cumulative counter values; close() frees state.
- * The runtime reads the probe at the boundaries of consecutive same-slice
- * query batches and adds the delta to that slice's stats. n_values <= 64. */
+ * read() runs only on the worker's thread. Each worker drains a window of up
+ * to batch_queries queued queries, runs it grouped by slice, and reads the
+ * probe once before the window's first group and once after each group; the
+ * delta between two consecutive readings goes to the slice of the group
+ * between them, which holds only that slice's queries (exact attribution,
+ * never a mixed window). A window of G slices costs G + 1 reads. n_values <= 64. */
 typedef struct pm_probe_ops {
     int (*open)(void *ctx, int worker_cpu, void **state);
     void (*read)(void *state, uint64_t *values);
@@ -246,7 +250,18 @@ typedef struct pm_runtime_config {
     unsigned n_slices;         /* default 256 */
     pm_boundaries boundaries;  /* default equal count */
     unsigned leaf_capacity;    /* default 255 */
-    unsigned batch_queries;    /* probe granularity, default 100 */
+    unsigned batch_queries;    /* probe granularity, default 100: a worker
+                                  drains at most min(batch_queries,
+                                  queue_capacity) queued queries at a time
+                                  (fewer if fewer are queued; it never waits
+                                  to fill a window) and runs them grouped by
+                                  slice. Execution order is FCFS per slice
+                                  within a window, not FCFS per worker: a
+                                  window's groups run in the order of their
+                                  slice's oldest query. This is the trade-off
+                                  for exact per-slice probe attribution at
+                                  one read per slice group; larger windows
+                                  mean fewer reads and more reordering. */
     unsigned queue_capacity;   /* per worker, power of two, default 1024 */
     unsigned routers_per_node; /* default 1 */
     unsigned max_workers;      /* 0 = one worker per usable CPU */
