@@ -13,6 +13,7 @@ the head differs: action logits (dt, bc) or Q-values over tile cells (cql).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -42,7 +43,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Opti
     return opt, sched
 
 
-class Algorithm(nn.Module):
+class Algorithm(nn.Module, ABC):
     """An offline learner. Subclasses set `name`, build `self.model` (the policy that is bundled) and define `losses`."""
 
     name: ClassVar[str]
@@ -54,9 +55,9 @@ class Algorithm(nn.Module):
         self._opt: tuple[torch.optim.Optimizer, Any] | None = None  # created on the first `update`
         self.step = 0
 
+    @abstractmethod
     def losses(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Named loss parts and metrics (scalars); key 'loss' is the one minimised."""
-        raise NotImplementedError(f"{type(self).__name__} must define losses(batch)")
 
     def after_update(self) -> None:
         """Called after every optimiser step (e.g. target-network tracking)."""
