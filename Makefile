@@ -40,7 +40,7 @@ demo: setup  ## run the whole pipeline (dvc repro) on the embedded tiny defaults
 	$(VENV)/bin/dvc repro
 	@$(VENV)/bin/dvc metrics show
 	@echo
-	@echo "metrics: eval/metrics.json   plot: eval/speedup.png   models: pmoss-dt@candidate"
+	@echo "metrics: eval/metrics.json   plots: eval/speedup.png eval/schedules.png   models: pmoss-dt@candidate (pmoss registry list)"
 	@echo "browse:  $(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI)"
 
 # The dynamic scenario (lookup -> scan -> read-write) served by the promoted champion, on a simulated
