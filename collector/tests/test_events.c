@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "pmoss/collector.h"
+#include "check.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -159,16 +160,6 @@ static const model_expect BUILTIN[] = {
                 U, {4, 0x4c01a, 0}, U, {1, 1, 0}}},
 };
 
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 static void check_model(const model_expect *m)
 {
@@ -246,9 +237,7 @@ int main(int argc, char **argv)
         CHECK(rc == -EOPNOTSUPP && strstr(msg, "LIBPFM_FORCE_PMU"), "inactive model: rc %d msg '%s'", rc,
               msg);
     }
-    if (failures)
-        fprintf(stderr, "%d failure(s)\n", failures);
-    else
+    if (!failures)
         printf("ok %s\n", argv[1]);
-    return failures ? 1 : 0;
+    return check_exit_code();
 }

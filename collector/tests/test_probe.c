@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "pmoss/collector.h"
+#include "check.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -14,16 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 /* Thread CPU time: on a shared machine wall time overstates the work done. */
 static double now_s(void)
@@ -145,9 +136,7 @@ int main(void)
     test_software_counts();
     test_modes();
     test_ctab();
-    if (failures)
-        fprintf(stderr, "%d failure(s)\n", failures);
-    else
+    if (!failures)
         printf("ok\n");
-    return failures ? 1 : 0;
+    return check_exit_code();
 }

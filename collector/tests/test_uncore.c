@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "pmoss/collector.h"
+#include "check.h"
 
 #include <errno.h>
 #include <math.h>
@@ -16,16 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 /* Write root/rel (parents created) with content. */
 static void put(const char *root, const char *rel, const char *content)
@@ -257,9 +248,7 @@ int main(void)
     test_amd_df();
     test_none_and_malformed();
     test_open_read();
-    if (failures)
-        fprintf(stderr, "%d failure(s)\n", failures);
-    else
+    if (!failures)
         printf("ok\n");
-    return failures ? 1 : 0;
+    return check_exit_code();
 }
