@@ -15,6 +15,7 @@ import numpy as np
 from pmoss.machine import Machine
 from pmoss.sim.episode import model_run, resolve
 from pmoss.sim.hardware import Calibration, hw_for
+from pmoss.sim.model import groups_per_query
 from pmoss.sim.placement import from_actions
 from pmoss.sim.profile import slice_profile
 from pmoss.workload import Workload
@@ -74,6 +75,29 @@ def fit_query_ns(machine: Machine, lookup: Workload, t_measured: float, cal: Cal
         t, _ = worker_ns(machine, lookup, cal, n_records=n_records, n_slices=n_slices)
         cal = replace(cal, query_ns=query_ns_for(t - cal.query_ns, t_measured))
     return cal
+
+
+def group_ns_for(t_one: float, t_many: float, groups_many: float) -> float:
+    """Worker ns per slice group from runs with one query per window (one group per query) and with
+    windows of many queries (groups_many groups per query). Clamped at 0 (noise)."""
+    return max(0.0, (t_one - t_many) / (1.0 - groups_many))
+
+
+def mean_groups_per_query(machine: Machine, workload: Workload, window: int, *, n_records: int, n_slices: int) -> float:
+    """Share-weighted groups per query with every slice on worker 0 and full windows."""
+    hw = hw_for(machine, None)
+    prof = slice_profile(workload, n_records, n_slices)
+    pl = from_actions(hw, np.zeros((1, n_slices), dtype=np.int64))
+    return float(prof.share @ groups_per_query(prof.share, pl, window)[0])
+
+
+def fit_group_ns(machine: Machine, lookup: Workload, t_one: float, t_many: float, window_many: int, cal: Calibration,
+                 *, n_records: int, n_slices: int) -> Calibration:
+    """group_ns from single-worker lookups with windows of 1 and of window_many queries; query_ns
+    then makes the one-query-window run's model time equal t_one. The result keeps cal's window."""
+    g = mean_groups_per_query(machine, lookup, window_many, n_records=n_records, n_slices=n_slices)
+    one = replace(cal, group_ns=group_ns_for(t_one, t_many, g), window_queries=1)
+    return replace(fit_query_ns(machine, lookup, t_one, one, n_records=n_records, n_slices=n_slices), window_queries=cal.window_queries)
 
 
 def fit_scan_key_insn(machine: Machine, short: Workload, long: Workload, t_short: float, t_long: float, cal: Calibration,

@@ -107,6 +107,13 @@ class Calibration:
       dispatch, queue hand-off, wakeups, per-slice stats, probe reads), added to the fixed stalls;
       fitted so that the model's worker time per query equals the measured worker CPU time of
       single-worker point lookups.
+    group_ns: worker time per slice group of a drain window (the runtime reads the probe once per
+      group and stores the group's stats; runtime.c run_window), charged per query as
+      group_ns * groups per query; fitted from single-worker runs with windows of 1 and of many
+      queries. None: the model has no per-group cost (the paper's rdpmc probe is ~tens of ns).
+    window_queries: queries a worker drains per window (the runtime's batch_queries); the expected
+      groups per query of slice s in a full window of B queries whose slice shares are q is
+      (1 - (1 - q_s)^B) / (B q_s): one group for a cold slice, 1/B for a slice that owns the worker.
     scan_key_insn: instructions per key scanned (model default INSN_SCAN_KEY), fitted from the
       difference between single-worker scans of two lengths.
     route_ns: router CPU time per query (model default ROUTE_NS), measured on the router alone.
@@ -117,13 +124,17 @@ class Calibration:
 
     ipc: float | None = None
     query_ns: float | None = None
+    group_ns: float | None = None
+    window_queries: int = 100
     scan_key_insn: float | None = None
     route_ns: float | None = None
     shared_cpus: int | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
-        for f in ("ipc", "query_ns", "scan_key_insn", "route_ns", "shared_cpus"):
+        if self.window_queries < 1:
+            raise ValueError(f"Calibration.window_queries: must be >= 1, got {self.window_queries!r}")
+        for f in ("ipc", "query_ns", "group_ns", "scan_key_insn", "route_ns", "shared_cpus"):
             v = getattr(self, f)
             if v is not None and not (v >= 0 and (f not in ("ipc", "shared_cpus") or v > 0)):
                 raise ValueError(f"Calibration.{f}: must be {'positive' if f in ('ipc', 'shared_cpus') else 'non-negative'}, got {v!r}")

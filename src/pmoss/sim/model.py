@@ -79,6 +79,8 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
     cal = hw.calibration
     if cal is not None and cal.query_ns is not None:  # measured runtime overhead per query (§14.3)
         fixed = fixed + cal.query_ns
+    if cal is not None and cal.group_ns is not None:  # measured cost per slice group of a drain window
+        fixed = fixed + cal.group_ns * groups_per_query(prof.share, pl, cal.window_queries)
     insn = _instructions(prof, obj, pl, INSN_SCAN_KEY if cal is None or cal.scan_key_insn is None else cal.scan_key_insn)
     shape = mem_lines.shape
     return Demand(
@@ -88,6 +90,17 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
         write_lines=np.broadcast_to(writes, shape), write_miss_lines=writes * leaf_miss,
         tlb_misses=_tlb_misses(hw, obj, hits["h2"], hits["h3"]), l4_share=l4, node_visits=obj.visits.sum(1),
     )  # fmt: skip
+
+
+def groups_per_query(share: np.ndarray, pl: Placement, window: int) -> np.ndarray:
+    """Expected slice groups per query of each slice when a worker runs full windows of `window`
+    queries grouped by slice (§14.3): a worker of slice s's execution group sees s with share
+    q_s = p_s / (share of its group), so s appears in 1 - (1 - q_s)^B of the windows. -> [B, N]"""
+    B, W = pl.thread_group.shape
+    key = pl.exec_group + W * np.arange(B)[:, None]  # [B, N]
+    group_share = np.bincount(key.ravel(), np.broadcast_to(share, key.shape).ravel(), B * W)[key]
+    q = np.clip(share / np.maximum(group_share, 1e-300), 1e-12, 1 - 1e-12)
+    return -np.expm1(window * np.log1p(-q)) / (window * q) if window > 1 else np.ones_like(q)
 
 
 def _pos(v: np.ndarray) -> np.ndarray:
