@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -78,3 +80,29 @@ def test_shared_cpus_bound_and_router_cost():
     assert halved == pytest.approx(X / 2, rel=0.02)
     slower = throughput(m, "ycsb-c", "dense", s, n_records=N_REC, calibration=Calibration(query_ns=500.0))[0]
     assert np.isfinite(slower) and slower < free
+
+
+def test_groups_per_query_window_model():
+    """One group per query with one-query windows; a slice that owns its worker costs 1/B groups per
+    query; a cold slice among many about one; the fit recovers group_ns and query_ns."""
+    from pmoss.sim.calibration import fit_group_ns, mean_groups_per_query
+    from pmoss.sim.model import groups_per_query
+    from pmoss.sim.placement import from_actions
+
+    m = load_sim_machine(MACHINE)
+    hw = hw_for(m)
+    share = np.full(N, 1.0 / N)
+    one_worker = from_actions(hw, np.zeros((1, N), dtype=np.int64))
+    assert np.allclose(groups_per_query(share, one_worker, 1), 1.0)
+    own = from_actions(hw, np.arange(N)[None, :] % hw.n_workers)  # N <= workers: every slice alone
+    assert N <= hw.n_workers and np.allclose(groups_per_query(share, own, 100), 0.01)
+    g = groups_per_query(share, one_worker, 100)[0]
+    assert np.allclose(g, (1 - (1 - 1 / N) ** 100) / (100 / N))
+    lookup = _lookup()
+    truth = Calibration(query_ns=300.0, group_ns=900.0)
+    t_one = worker_ns(m, lookup, replace(truth, window_queries=1), n_records=N_REC, n_slices=N)[0]
+    t_many = worker_ns(m, lookup, replace(truth, window_queries=1000), n_records=N_REC, n_slices=N)[0]
+    assert t_one - t_many == pytest.approx(900.0 * (1 - mean_groups_per_query(m, lookup, 1000, n_records=N_REC, n_slices=N)), rel=1e-3)
+    cal = fit_group_ns(m, lookup, t_one, t_many, 1000, Calibration(), n_records=N_REC, n_slices=N)
+    assert cal.group_ns == pytest.approx(900.0, rel=1e-3) and cal.query_ns == pytest.approx(300.0, rel=1e-2)
+    assert cal.window_queries == 100

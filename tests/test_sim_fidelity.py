@@ -1,10 +1,13 @@
 """Fidelity table rows and checks; the full 5 x 5 table is slow."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from pmoss.policies import BASELINE_KINDS
 from pmoss.sim import fidelity_checks, fidelity_table
-from pmoss.sim.fidelity import MAX_SPREAD
+from pmoss.sim.fidelity import MAX_SPREAD, PENDING, runtime_check
 
 
 def test_fidelity_rows_on_a_small_grid():
@@ -13,8 +16,23 @@ def test_fidelity_rows_on_a_small_grid():
     for r in rows:
         assert r["source"] == "sim" and r["best_baseline"] in BASELINE_KINDS
         assert r["spread"] >= 1 and r["spread_with_oracle"] >= r["spread"]
-    checks = fidelity_checks(rows)
-    assert checks["runtime_within_25pct"].startswith("pending")
+    checks = fidelity_checks(rows, results=Path("/nonexistent-results-dir"))
+    assert checks["runtime_within_25pct"] == PENDING
+
+
+def test_runtime_check_reports_the_latest_recorded_run(tmp_path):
+    def record(name, run_id, ratio, within):
+        (tmp_path / f"sim_vs_runtime_{name}.json").write_text(json.dumps({
+            "name": f"sim_vs_runtime_{name}", "ratio": ratio, "within_25pct": within, "wall_within_25pct": False,
+            "run_id": run_id, "date": run_id, "machine": "test host", "check": "cpu-normalised"}))
+
+    assert runtime_check(tmp_path) == PENDING
+    record("a", "2026-01-01T00:00:00+00:00", 2.0, False)
+    record("b", "2026-01-02T00:00:00+00:00", 1.1, True)
+    record("c", "2026-01-02T00:00:00+00:00", 1.5, False)
+    got = runtime_check(tmp_path)
+    assert got["run"] == "2026-01-02T00:00:00+00:00" and got["within_25pct"] == "1/2" and got["wall_clock_within_25pct"] == "0/2"
+    assert got["ratios"] == {"b": 1.1, "c": 1.5} and got["measure"] == "cpu-normalised"
 
 
 @pytest.mark.slow

@@ -120,3 +120,22 @@ def test_any_one_core_schedule_gives_a_finite_bounded_throughput(name, workload,
     assert np.all(np.isfinite(sol.X)) and np.all(sol.X > 0)
     assert np.all(sol.t_ns > 0) and np.all(sol.thread_util <= 1 + 1e-3)
     assert np.all(d.read_lines >= 0) and np.all(d.c2c_lines == 0)  # one-core: no coherence traffic
+
+
+def test_os_default_first_touch_of_grown_pages():
+    """os-default under inserts: pages allocated during the window sit on the inserting workers'
+    nodes (§5), so a longer window (more growth) never lowers throughput, reaches at most the
+    placement where all memory follows execution, and workloads without inserts do not move."""
+    from pmoss.sim.placement import grown_share
+
+    assert grown_share(np.array([0.0]), 0.5, 10.0, N_REC)[0] == 0.0
+    g = grown_share(np.array([1e5, 1e6, 1e7, 1e9]), 0.5, 10.0, N_REC)
+    assert np.all(np.diff(g) > 0) and np.all((g > 0) & (g < 1))
+    m = load_sim_machine("amd-milan-nps4")
+    sched = [generate("os-default", m, N, 0)]
+    big = 10_000_000  # a tree that does not fit the caches: os-default is bound by the loader's node
+    xs = [throughput(m, "rsi-20-30-50", "dense", sched, n_records=big, window_s=w)[0] for w in (1e-6, 0.01, 0.1, 1.0, 10.0)]
+    assert np.all(np.diff(xs) >= -1e-6 * xs[0]) and xs[-1] > 1.5 * xs[0]
+    assert throughput(m, "ycsb-c", "dense", sched, n_records=big, window_s=0.01)[0] == throughput(m, "ycsb-c", "dense", sched, n_records=big, window_s=10.0)[0]
+    interleave = throughput(m, "rsi-20-30-50", "dense", [generate("os-interleave", m, N, 0)], n_records=big)[0]
+    assert xs[-1] <= interleave * 1.001  # fully grown first touch spreads like execution: interleave at best

@@ -20,7 +20,7 @@ from pmoss.machine import Machine
 from pmoss.schedule import ONE_CORE_KINDS, Schedule
 from pmoss.sim.hardware import HW, Calibration, hw_for
 from pmoss.sim.model import SPLIT_EVERY, Demand, Solution, solve
-from pmoss.sim.placement import Placement, from_actions, from_schedules, one_core_actions
+from pmoss.sim.placement import Placement, from_actions, from_schedules, grown_share, one_core_actions, with_first_touch
 from pmoss.sim.pool import load_sim_machine
 from pmoss.sim.profile import SliceProfile, slice_bounds, slice_profile
 from pmoss.snapshot import CORE_FEATURES, OFFCORE_LINK, OFFCORE_NODE, SOFTWARE_FEATURES, episode_id, now_utc
@@ -33,6 +33,7 @@ NOISE_COUNTER = 0.01  # sigma of each counter on top
 L1I_MISSES_PER_KINSN = 1.5  # tight index code: few i-cache misses
 BRANCH_MISSES_PER_NODE = 1.5  # binary search over a node: about half of its compare branches
 BRANCH_MISSES_PER_SCAN_KEY = 0.02
+GROWTH_PASSES = 3  # os-default under inserts: X -> grown share -> X (monotone; 3 passes settle to < 1 %)
 IDLE_WAKEUPS_PER_S = 1000.0  # an idle worker blocks on its queue: one context switch per wakeup
 
 # Counters each simulated vendor's PMU cannot give per core (docs/machine-model.md §12).
@@ -89,20 +90,32 @@ def _check_slices(inp: Inputs, n_slices: int) -> None:
         raise SimInputError(f"n_slices: {n_slices} slices need at least as many records (n_records={inp.n_records})")
 
 
-def model_run(inp: Inputs, placement: Placement, n_slices: int) -> tuple[HW, SliceProfile, Solution, Demand]:
-    """The noise-free model for a batch of placements (all of `n_slices` slices)."""
+def model_run(inp: Inputs, placement: Placement, n_slices: int, first_touch: np.ndarray | None = None
+              ) -> tuple[HW, SliceProfile, Solution, Demand]:
+    """The noise-free model for a batch of placements (all of `n_slices` slices).
+
+    first_touch [B] bool: os-default rows, whose pages allocated by inserts during the window sit on
+    the inserting workers' nodes (§5); their share grows with X, so X and the placement are solved
+    as a fixed point (GROWTH_PASSES re-solves, only when such rows exist and the workload inserts)."""
     _check_slices(inp, n_slices)
     hw = hw_for(inp.machine, inp.calibration)
     prof = slice_profile(inp.workload, inp.n_records, n_slices)
     sol, d = solve(hw, prof, placement)
+    insert = inp.workload.mix.insert
+    if first_touch is not None and first_touch.any() and insert > 0:
+        for _ in range(GROWTH_PASSES):
+            grown = grown_share(sol.X, insert, inp.window_s, inp.n_records)
+            placement = with_first_touch(placement, first_touch, grown)
+            sol, d = solve(hw, prof, placement)
     return hw, prof, sol, d
 
 
 def throughput(machine: Machine | str, workload: Workload | str, dataset: str, schedules: Sequence[Schedule] | np.ndarray,
-               *, n_records: int = 10_000_000, calibration: Calibration | None = None) -> np.ndarray:
+               *, n_records: int = 10_000_000, window_s: float = 10.0, calibration: Calibration | None = None) -> np.ndarray:
     """Noise-free total throughput [B] (queries/s) of schedules, or of one-core action arrays [B, N].
+    window_s matters only for os-default under inserts (pages allocated during the window, §5).
     calibration: measured constants of a real host replacing the tables (`pmoss.sim.hardware.Calibration`)."""
-    inp = resolve(machine, workload, dataset, n_records, 1.0, calibration)
+    inp = resolve(machine, workload, dataset, n_records, window_s, calibration)
     hw = hw_for(inp.machine, inp.calibration)
     if isinstance(schedules, np.ndarray):
         actions = np.atleast_2d(schedules)
@@ -110,7 +123,7 @@ def throughput(machine: Machine | str, workload: Workload | str, dataset: str, s
             raise SimInputError(f"actions: worker indices must be in [0, {hw.n_workers}) for {inp.machine.name}")
         return model_run(inp, from_actions(hw, actions), actions.shape[1])[2].X
     schedules, actions = _validated(inp, schedules)
-    return model_run(inp, from_schedules(hw, schedules, actions), schedules[0].n_slices)[2].X
+    return model_run(inp, from_schedules(hw, schedules, actions), schedules[0].n_slices, _first_touch(schedules))[2].X
 
 
 def _validated(inp: Inputs, schedules: Sequence[Schedule]) -> tuple[list[Schedule], list[np.ndarray | None]]:
@@ -154,12 +167,16 @@ def simulate_batch(machine: Machine | str, workload: Workload | str, dataset: st
     seeds, runs = _per_episode(seeds, B, "seeds"), _per_episode(run_indices, B, "run_indices")
     hw = hw_for(inp.machine, inp.calibration)
     pl = from_schedules(hw, schedules, actions)
-    _, prof, sol, d = model_run(inp, pl, schedules[0].n_slices)
+    _, prof, sol, d = model_run(inp, pl, schedules[0].n_slices, _first_touch(schedules))
     ids = [episode_id(inp.machine.name, inp.workload.name, inp.dataset, s.node, s.core, s.kind, sd, r)
            for s, sd, r in zip(schedules, seeds, runs, strict=True)]  # fmt: skip
     rng = [np.random.default_rng([int(i, 16), sd]) for i, sd in zip(ids, seeds, strict=True)]
     counts = episode_counts(hw, prof, pl, sol, d, inp.window_s, rng if noise else None)
     return _rows(inp, schedules, seeds, runs, ids, counts)
+
+
+def _first_touch(schedules: Sequence[Schedule]) -> np.ndarray:
+    return np.array([s.kind == "os-default" for s in schedules])
 
 
 def _per_episode(v: Sequence[int] | int, B: int, field: str) -> list[int]:

@@ -15,7 +15,7 @@ import numpy as np
 from pmoss.schedule import ONE_CORE_KINDS, Schedule
 from pmoss.sim.hardware import HW
 
-LOADER_NODE = 0  # os-default: one loader thread first-touches every page, on node 0
+LOADER_NODE = 0  # os-default: one loader thread first-touches every bulk-loaded page, on node 0
 
 
 @dataclass
@@ -98,3 +98,25 @@ def _shared(hw: HW, schedule: Schedule) -> Placement:
         E = np.broadcast_to(hw.workers_per_node / hw.n_workers, (n, M))
         span = np.full(n, float(hw.n_domains))
     return Placement(group, thread_group, np.array(E), np.array(P), group, group, span)
+
+
+def grown_share(X: np.ndarray, insert_share: float, window_s: float, n_records: int) -> np.ndarray:
+    """Mean share of a slice's accesses that go to memory allocated during the window [B].
+
+    Inserts add X * insert_share records per second to a tree of n_records; after I inserts
+    I / (n_records + I) of the records (and, with splits keeping leaves at a steady fill, of the
+    leaves and of the accesses, which follow records) live in nodes allocated during the run. The
+    window mean of that share with I growing linearly to g * n_records is 1 - ln(1 + g) / g."""
+    g = np.asarray(X, dtype=float) * insert_share * window_s / n_records
+    return np.where(g > 1e-9, 1 - np.log1p(g) / np.maximum(g, 1e-9), g / 2)
+
+
+def with_first_touch(pl: Placement, rows: np.ndarray, grown: np.ndarray) -> Placement:
+    """os-default rows (`rows` [B] bool): the `grown` share [B] of each slice's memory was first
+    touched by the inserting workers, i.e. spread over nodes like the execution (E); the rest
+    stays on the loader's node (§5)."""
+    loader = np.zeros(pl.P.shape[-1])
+    loader[LOADER_NODE] = 1.0
+    f = np.where(rows, grown, 0.0)[:, None, None]  # [B, 1, 1]
+    P = np.where(rows[:, None, None], (1 - f) * loader + f * pl.E, pl.P)
+    return Placement(pl.exec_group, pl.thread_group, pl.E, P, pl.l2_group, pl.l3_group, pl.span)
