@@ -27,6 +27,8 @@ import subprocess
 import time
 from dataclasses import replace
 
+import pyarrow.compute as pc
+
 from pmoss.bench import write_record
 from pmoss.policies import generate
 from pmoss.runtime import Runtime, library_path
@@ -54,9 +56,9 @@ def worker_ns_per_query(n: int, seconds: float, reps: int, mix: str, **spec: obj
         rt = Runtime(n, dataset="dense", seed=1, n_slices=N_SLICES, max_workers=1, probe="software")
         before = rt.snapshot()
         res = rt.run(mix, seconds, seed=1 + r, **spec)
-        after = res["stats"]
-        q = sum(a - b for a, b in zip(after["queries"], before["queries"], strict=True))
-        tc = sum(a - b for a, b in zip(after["task_clock_ns"], before["task_clock_ns"], strict=True))
+        gained = res["stats"].slices_since(before)
+        q = pc.sum(gained.column("queries")).as_py()
+        tc = pc.sum(gained.column("task_clock_ns")).as_py()
         out.append(tc / q)
         runs.append((res["throughput"], tc / q))
     return statistics.median(out), runs
