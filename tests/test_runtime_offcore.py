@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,20 +67,19 @@ def test_offcore_readings_per_run_in_the_snapshot(imc_root: Path) -> None:
         pytest.skip("system-wide perf events are refused to this process")
     rt = rtmod.Runtime(20_000, n_slices=8, probe="software", offcore=str(imc_root))
     assert rt.snapshot().offcore.num_rows == 0  # no run yet: nothing read
-    seen = []
     for seconds in (0.4, 0.05):
+        t0 = time.monotonic()
         out = rt.run("ycsb-c", seconds, seed=1)
+        call_s = time.monotonic() - t0
         snap = out["stats"]
         assert snap.offcore_error == ""
         oc = snap.offcore.to_pydict()
         assert oc["scope"] == ["node"] * len(CPUS) and oc["index"] == list(range(len(CPUS)))
         assert oc["link_in_bytes"] == oc["link_out_bytes"] == oc["imc_total_bytes"] == [None] * len(CPUS)
-        for read, write in zip(oc["imc_read_bytes"], oc["imc_write_bytes"], strict=True):
-            # cpu-clock counts the ns the sweeper kept it open: about the run's window
-            assert 0.5 * out["seconds"] < read / BYTES_PER_CAS / NS_PER_S < out["seconds"] + 1.0
-            assert write == pytest.approx(read, rel=0.2)
-        seen.append(oc["imc_read_bytes"][0])
-    assert seen[1] < seen[0]  # each run reports its own bytes, not a running total
+        for value in oc["imc_read_bytes"] + oc["imc_write_bytes"]:
+            # cpu-clock counts the ns the sweeper kept it open: from before the run's window to
+            # after it, and within this run call only — a total over runs would exceed call_s
+            assert 0.5 * out["seconds"] < value / BYTES_PER_CAS / NS_PER_S < call_s + 0.01, (value, out["seconds"], call_s)
 
 
 def test_testbed_rows_carry_offcore_readings(imc_root: Path) -> None:
