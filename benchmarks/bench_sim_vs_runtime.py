@@ -38,6 +38,8 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import pyarrow.compute as pc
+
 from pmoss.bench import write_record
 from pmoss.policies import generate
 from pmoss.runtime import Runtime, library_path
@@ -89,8 +91,9 @@ def calibration_run(n: int, seconds: float, seed: int, mix: str, window: int = 1
     rt = Runtime(n, dataset="dense", seed=1, n_slices=N_SLICES, max_workers=1, probe="software", batch_queries=window)
     before = rt.snapshot()
     res = rt.run(mix, seconds, seed=seed, **spec)
-    q = sum(a - b for a, b in zip(res["stats"]["queries"], before["queries"], strict=True))
-    tc = sum(a - b for a, b in zip(res["stats"]["task_clock_ns"], before["task_clock_ns"], strict=True))
+    gained = res["stats"].slices_since(before)
+    q = pc.sum(gained.column("queries")).as_py()
+    tc = pc.sum(gained.column("task_clock_ns")).as_py()
     return {"worker_ns": tc / q, "throughput": res["throughput"]}
 
 

@@ -61,9 +61,14 @@ def test_offcore_batch_and_episode_columns(lib) -> None:
     cols = collector.episode_columns(sl, oc)
     assert cols["instructions"] == [5.0, 5.0] and cols["task_clock_ns"] == [7.0, 7.0]
     assert cols["page_faults"] is None and "page_faults" in cols["unavailable"] and "llc_misses" in cols["unavailable"]
-    assert set(cols["unavailable"]) == set(SLICE_FEATURES) - {"instructions", "task_clock_ns"}
+    assert set(cols["unavailable"]) == set(SLICE_FEATURES) - {"instructions", "task_clock_ns"} | {"link_out_bytes"}
     assert cols["imc_read_bytes"] == [64.0, 128.0] and cols["imc_write_bytes"] == [None, 32.0]
     assert cols["link_in_bytes"] == [1.0, 2.0, 3.0] and cols["link_out_bytes"] is None
+    # a feature null on any slice is unavailable as a whole (a slice that ran nothing shows 0)
+    sl = collector.slice_batch_from_counts(lib, NAMES, [[0, 0, None]] * 2, [[5, 7, None], [None, 0, None]], queries=[100, 0])
+    cols = collector.episode_columns(sl)  # no off-core batch: every off-core feature unavailable
+    assert cols["instructions"] is None and "instructions" in cols["unavailable"] and cols["task_clock_ns"] == [7.0, 0.0]
+    assert {"imc_read_bytes", "imc_write_bytes", "link_in_bytes", "link_out_bytes"} <= set(cols["unavailable"])
 
 
 _EVENT_TABLES = """

@@ -42,7 +42,9 @@ def test_run_counts_add_up(rt: rtmod.Runtime, workload: str) -> None:
     assert out["completed"] == out["dispatched"]
     assert sum(out["slice_queries"]) == out["completed"]
     assert out["throughput"] > 0
-    assert set(out["stats"]) == {"queries", "nodes_visited", "keys_scanned"}
+    snap = out["stats"]  # no probe, no off-core hook: own counts only, no off-core rows
+    assert snap.slices.schema.names == ["slice", "core", "node", "queries", "nodes_visited", "keys_scanned"]
+    assert snap.offcore.num_rows == 0 and snap.offcore_error == ""
 
 
 def test_every_kind_enforces(rt: rtmod.Runtime) -> None:
@@ -82,8 +84,18 @@ def test_snapshot_cumulative(rt: rtmod.Runtime) -> None:
     before = rt.snapshot()
     out = rt.run("ycsb-a", 0.05, seed=9)
     after = rt.snapshot()
-    gained = [a - b for a, b in zip(after["queries"], before["queries"])]
-    assert gained == out["slice_queries"]
+    gained = [a - b for a, b in zip(after.column("queries"), before.column("queries"))]
+    assert gained == out["slice_queries"] == after.slices_since(before).column("queries").to_pylist()
+    assert after.column("slice") == list(range(N_SLICES))
+
+
+def test_snapshot_carries_the_schedule_in_force(rt: rtmod.Runtime) -> None:
+    node, core = _one_core(rt, 1)
+    rt.set_schedule(node, core, "sn-grouped")
+    snap = rt.snapshot()
+    assert snap.column("core") == core and snap.column("node") == node
+    rt.set_schedule([-1] * N_SLICES, [-1] * N_SLICES, "os-default")
+    assert rt.snapshot().column("core") == [-1] * N_SLICES
 
 
 def test_bad_workload_and_config() -> None:
@@ -100,12 +112,12 @@ def test_collector_probe_software() -> None:
     except rtmod.NativeRuntimeError as exc:
         pytest.skip(f"collector not linked into libpmoss: {exc}")
     out = rt.run("ycsb-c", 0.1)
-    stats = out["stats"]
+    stats = out["stats"].slices.to_pydict()
     assert stats["queries"] == out["slice_queries"]
     busy = [i for i, q in enumerate(out["slice_queries"]) if q > 0]
     assert busy and all(stats["task_clock_ns"][i] > 0 for i in busy)
     # no hardware PMU in this VM: hardware features are null, never 0
-    if "llc_misses" in stats and stats["llc_misses"][busy[0]] is None:
+    if stats["llc_misses"][busy[0]] is None:
         assert all(stats["llc_misses"][i] is None for i in busy)
     with pytest.raises(rtmod.NativeRuntimeError, match="probe must be one of"):
         rtmod.Runtime(n_keys=100, n_slices=2, probe="magic")

@@ -84,6 +84,12 @@ static int group_add(pm_group *g, struct perf_event_attr *attr, int value, int w
     return 0;
 }
 
+/* The software events, counted in the kernel too (page faults are taken
+ * there). perf_event_paranoid >= 2 refuses kernel counting without
+ * CAP_PERFMON (-EACCES): then count user level only — task-clock is thread
+ * CPU time either way, user page faults are still counted, but context
+ * switches happen in the kernel and would read 0, so they stay unavailable
+ * (null) instead. */
 static int open_software(pm_probe_state *s)
 {
     static const struct { uint64_t config; const char *name; } SW[] = {
@@ -92,21 +98,28 @@ static int open_software(pm_probe_state *s)
         {PERF_COUNT_SW_CONTEXT_SWITCHES, "context_switches"},
     };
     pm_group *g = &s->group[s->n_groups];
-    memset(g, 0, sizeof(*g));
-    for (size_t i = 0; i < sizeof(SW) / sizeof(SW[0]); i++) {
-        struct perf_event_attr a;
-        memset(&a, 0, sizeof(a));
-        a.size = sizeof(a);
-        a.type = PERF_TYPE_SOFTWARE;
-        a.config = SW[i].config;
-        /* Page faults are taken in the kernel: count them there too
-         * (allowed for the own thread at perf_event_paranoid <= 2). */
-        int rc = group_add(g, &a, pm_feature_index(SW[i].name), 0, s->page_size);
-        if (rc < 0) {
-            group_close(g, s->page_size);
-            return rc;
+    int rc = 0;
+    for (int user_only = 0; user_only < 2; user_only++) {
+        memset(g, 0, sizeof(*g));
+        size_t n = user_only ? 2 : sizeof(SW) / sizeof(SW[0]);
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            struct perf_event_attr a;
+            memset(&a, 0, sizeof(a));
+            a.size = sizeof(a);
+            a.type = PERF_TYPE_SOFTWARE;
+            a.config = SW[i].config;
+            a.exclude_kernel = a.exclude_hv = (uint64_t)user_only;
+            rc = group_add(g, &a, pm_feature_index(SW[i].name), 0, s->page_size);
         }
+        if (rc == 0)
+            break;
+        group_close(g, s->page_size);
+        if (rc != -EACCES && rc != -EPERM)
+            return rc;
+        rc = user_only ? rc : 0; /* refused in the kernel: retry user level only */
     }
+    if (rc < 0)
+        return rc;
     s->n_groups++;
     return 0;
 }

@@ -8,10 +8,14 @@
 #include "check.h"
 
 #include <errno.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,6 +90,49 @@ static void test_software_counts(void)
     pm_probe_close(st);
 }
 
+/* Without CAP_PERFMON at perf_event_paranoid >= 2 the kernel refuses kernel
+ * counting: the software probe still opens, user level only, with
+ * context_switches (kernel-only events) null instead of a false 0. Checked
+ * in a child that drops every capability (as root) or as is (unprivileged). */
+static void test_software_unprivileged(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+    int paranoid = 0;
+    if (!f || fscanf(f, "%d", &paranoid) != 1)
+        paranoid = 0;
+    if (f)
+        fclose(f);
+    if (paranoid < 2) {
+        printf("skip unprivileged software probe: perf_event_paranoid %d allows kernel counting\n", paranoid);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct none[2];
+        memset(none, 0, sizeof(none));
+        if (syscall(SYS_capset, &hdr, none) != 0)
+            _exit(3);
+        pm_probe_config cfg = {PM_MODE_SOFTWARE, NULL, 0};
+        void *st = NULL;
+        if (pm_probe_open(&cfg, -1, &st) != 0)
+            _exit(4);
+        uint64_t v0[PM_PROBE_N_VALUES], v1[PM_PROBE_N_VALUES];
+        pm_probe_read(st, v0);
+        busy(0.02);
+        pm_probe_read(st, v1);
+        int cs = pm_feature_index("context_switches"), pf = pm_feature_index("page_faults");
+        int ok = v1[TASK] > v0[TASK] + 10000000ull && v1[pf] != PM_VALUE_UNAVAILABLE &&
+                 v1[cs] == PM_VALUE_UNAVAILABLE;
+        pm_probe_close(st);
+        _exit(ok ? 0 : 5);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "unprivileged software probe (child status %d)",
+          WEXITSTATUS(status));
+}
+
 static void test_modes(void)
 {
     void *st = NULL;
@@ -134,6 +181,7 @@ static void test_ctab(void)
 int main(void)
 {
     test_software_counts();
+    test_software_unprivileged();
     test_modes();
     test_ctab();
     if (!failures)

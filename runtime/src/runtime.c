@@ -8,8 +8,9 @@
  * batch_queries queued queries at a time (never waiting for more), group
  * them by slice (FCFS within each slice) and run each slice's group between
  * two probe readings, counting per slice. Core sweepers (one per node) sum their
- * node's worker tables; the off-core sweeper merges those into the published
- * snapshot. On hosts too small to reserve CPUs, routers and sweepers run
+ * node's worker tables; the off-core sweeper drives the sweep rounds, reads
+ * the uncore PMUs (memory controllers, socket links) through the uncore hook
+ * and publishes both as one snapshot. On hosts too small to reserve CPUs, routers and sweepers run
  * unpinned and every CPU runs a worker.
  *
  * Routing swaps are RCU-style: routers read the routing table inside an
@@ -26,6 +27,7 @@
  * other. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <numa.h>
 #include <pthread.h>
 #include <sched.h>
@@ -41,6 +43,7 @@
 static const char *const own_stat_names[N_OWN_STATS] = {"queries", "nodes_visited",
                                                         "keys_scanned"};
 #define PM_PROBE_MAX_VALUES 64
+#define PM_UNCORE_MAX_VALUES 16
 #define ROUTE_BATCH 64       /* queries routed per epoch section */
 #define SWEEP_PERIOD_NS 5000000L
 
@@ -139,10 +142,28 @@ struct pm_runtime {
     double t_start, t_stop;
     uint64_t *run_base;
 
-    pthread_mutex_t snap_lock;
+    pthread_mutex_t snap_lock;  /* guards published*, oc_pub*, current's pointer for readers */
     pthread_cond_t snap_cond;
     uint64_t *published;
     uint64_t published_round;
+
+    /* Off-core readings. The oc_run fields belong to the off-core sweeper
+     * thread while a run is on (the control thread reads them only after
+     * joining it); oc_pub* are what snapshots copy. */
+    pm_uncore_ops uncore;
+    bool has_uncore;
+    _Atomic int oc_ready;          /* the sweeper tried its open for this run */
+    struct {
+        void *state;               /* NULL: nothing open */
+        unsigned nodes, links, stride;
+        double *values;            /* [n_values * stride], latest reading */
+        size_t cap;
+        char msg[PM_OFFCORE_MSG_LEN];
+    } oc_run;
+    double *oc_pub;                /* snap_lock */
+    size_t oc_pub_cap;
+    unsigned oc_pub_nodes, oc_pub_links, oc_pub_stride;
+    char oc_pub_msg[PM_OFFCORE_MSG_LEN];
 
     pthread_mutex_t lat_lock;  /* serialises pm_runtime_latency callers */
     pm_lat_cursor *lat_read;   /* per worker: what pm_runtime_latency last saw (lat_lock) */
@@ -412,10 +433,13 @@ int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err,
         (cfg->boundaries != PM_BOUNDARIES_EQUAL_COUNT && cfg->boundaries != PM_BOUNDARIES_EQUAL_WIDTH) ||
         (cfg->probe && (!cfg->probe->open || !cfg->probe->read || !cfg->probe->close ||
                         cfg->probe->n_values <= 0 || cfg->probe->n_values > PM_PROBE_MAX_VALUES ||
-                        !cfg->probe->names))) {
+                        !cfg->probe->names)) ||
+        (cfg->uncore && (!cfg->uncore->open || !cfg->uncore->read || !cfg->uncore->close ||
+                         cfg->uncore->n_values <= 0 || cfg->uncore->n_values > PM_UNCORE_MAX_VALUES ||
+                         !cfg->uncore->names))) {
         pm_errf(err, err_len,
                 "bad runtime config (need n_keys > 0, 0 < n_slices <= 2^20, batch_queries > 0, "
-                "routers_per_node > 0, queue_capacity a power of two, complete probe ops)");
+                "routers_per_node > 0, queue_capacity a power of two, complete probe and uncore ops)");
         return -EINVAL;
     }
     pm_runtime *rt = calloc(1, sizeof *rt);
@@ -426,6 +450,11 @@ int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err,
     if (cfg->probe) {
         rt->probe = *cfg->probe;
         rt->has_probe = true;
+    }
+    rt->cfg.uncore = NULL;
+    if (cfg->uncore) {
+        rt->uncore = *cfg->uncore;
+        rt->has_uncore = true;
     }
     rt->n_slices = cfg->n_slices;
     rt->n_stats = N_OWN_STATS + (rt->has_probe ? (unsigned)rt->probe.n_values : 0);
@@ -524,6 +553,8 @@ void pm_runtime_destroy(pm_runtime *rt)
     free(rt->slice_policy);
     free(rt->keys);
     free(rt->published);
+    free(rt->oc_run.values);
+    free(rt->oc_pub);
     free(rt->run_base);
     free(rt->stat_names);
     free(rt->topo.cpu_node);
@@ -669,8 +700,13 @@ int pm_runtime_set_schedule(pm_runtime *rt, const pm_schedule *s, pm_migration_r
         routing *old = atomic_exchange(&rt->routing, r);
         pm_epoch_synchronize(&rt->epoch);
         free_routing(old);
-        pm_schedule_destroy(rt->current);
+        /* snap_lock: snapshot readers copy the placement without taking ctl
+         * (which a migration holds for long) */
+        pthread_mutex_lock(&rt->snap_lock);
+        pm_schedule *prev = rt->current;
         rt->current = copy;
+        pthread_mutex_unlock(&rt->snap_lock);
+        pm_schedule_destroy(prev);
     } else {
         free_routing(r);
         pm_schedule_destroy(copy);
@@ -969,7 +1005,97 @@ static void sweep_node(pm_runtime *rt, sweeper *s)
     }
 }
 
-/* Merge all partials into the published snapshot and wake waiters. */
+/* ---- off-core readings: the off-core sweeper thread's, during a run ---- */
+
+/* Open the uncore hook for this run. A failure leaves the run without
+ * off-core readings (null) and its one-line reason in oc_run.msg. */
+static void offcore_open(pm_runtime *rt)
+{
+    rt->oc_run.state = NULL;
+    rt->oc_run.nodes = rt->oc_run.links = 0;
+    rt->oc_run.stride = 1;
+    rt->oc_run.msg[0] = '\0';
+    if (!rt->has_uncore)
+        return;
+    unsigned nodes = 0, links = 0;
+    void *state = NULL;
+    int rc = rt->uncore.open(rt->cfg.uncore_ctx, &state, &nodes, &links, rt->oc_run.msg,
+                             sizeof rt->oc_run.msg);
+    if (rc) {
+        if (!rt->oc_run.msg[0])
+            pm_errf(rt->oc_run.msg, sizeof rt->oc_run.msg, "off-core counters could not be opened: %s",
+                    strerror(-rc));
+        return;
+    }
+    rt->oc_run.msg[0] = '\0'; /* success: an open may leave notes in msg */
+    unsigned stride = nodes > links ? nodes : links;
+    stride = stride ? stride : 1;
+    size_t need = (size_t)rt->uncore.n_values * stride;
+    if (need > rt->oc_run.cap) {
+        double *v = realloc(rt->oc_run.values, need * sizeof *v);
+        if (!v) {
+            rt->uncore.close(state);
+            pm_errf(rt->oc_run.msg, sizeof rt->oc_run.msg, "off-core readings: out of memory");
+            return;
+        }
+        rt->oc_run.values = v;
+        rt->oc_run.cap = need;
+    }
+    for (size_t i = 0; i < need; i++)
+        rt->oc_run.values[i] = NAN;
+    rt->oc_run.state = state;
+    rt->oc_run.nodes = nodes;
+    rt->oc_run.links = links;
+    rt->oc_run.stride = stride;
+}
+
+/* Take this round's reading (cumulative since the open). */
+static void offcore_read(pm_runtime *rt)
+{
+    if (!rt->oc_run.state)
+        return;
+    int rc = rt->uncore.read(rt->oc_run.state, rt->oc_run.values, rt->oc_run.stride);
+    if (rc) {
+        for (size_t i = 0; i < (size_t)rt->uncore.n_values * rt->oc_run.stride; i++)
+            rt->oc_run.values[i] = NAN; /* a failed read is null, never a stale value */
+        pm_errf(rt->oc_run.msg, sizeof rt->oc_run.msg, "off-core read failed: %s", strerror(-rc));
+    }
+}
+
+static void offcore_close(pm_runtime *rt)
+{
+    if (rt->oc_run.state)
+        rt->uncore.close(rt->oc_run.state);
+    rt->oc_run.state = NULL;
+}
+
+/* Copy the run's latest off-core reading to what snapshots see. snap_lock
+ * held; on the off-core sweeper, or on the control thread after joining it. */
+static void publish_offcore(pm_runtime *rt)
+{
+    unsigned nodes = rt->oc_run.nodes, links = rt->oc_run.links;
+    size_t need = nodes || links ? (size_t)rt->uncore.n_values * rt->oc_run.stride : 0;
+    snprintf(rt->oc_pub_msg, sizeof rt->oc_pub_msg, "%s", rt->oc_run.msg);
+    if (need > rt->oc_pub_cap) {
+        double *v = realloc(rt->oc_pub, need * sizeof *v);
+        if (!v) {
+            nodes = links = 0;
+            need = 0;
+            snprintf(rt->oc_pub_msg, sizeof rt->oc_pub_msg, "off-core readings: out of memory");
+        } else {
+            rt->oc_pub = v;
+            rt->oc_pub_cap = need;
+        }
+    }
+    if (need)
+        memcpy(rt->oc_pub, rt->oc_run.values, need * sizeof *rt->oc_pub);
+    rt->oc_pub_nodes = nodes;
+    rt->oc_pub_links = links;
+    rt->oc_pub_stride = rt->oc_run.stride;
+}
+
+/* Merge all partials and the off-core reading into the published snapshot
+ * (one round) and wake waiters. */
 static void merge_partials(pm_runtime *rt)
 {
     size_t table = (size_t)rt->n_slices * rt->n_stats;
@@ -980,6 +1106,7 @@ static void merge_partials(pm_runtime *rt)
             sum = stat_add(sum, atomic_load_explicit(&rt->sweepers[n].partial[i], memory_order_relaxed));
         rt->published[i] = sum;
     }
+    publish_offcore(rt);
     rt->published_round++;
     pthread_cond_broadcast(&rt->snap_cond);
     pthread_mutex_unlock(&rt->snap_lock);
@@ -1005,12 +1132,17 @@ static void *core_sweeper_main(void *arg)
 }
 
 /* Drives sweep rounds: bump the generation, wait for every core sweeper's
- * ack, merge. Off-core (uncore) readings would be taken here too. */
+ * ack, read the uncore PMUs, publish. Owns the uncore state of the run: the
+ * hook is opened, read and closed on this thread only. */
 static void *offcore_sweeper_main(void *arg)
 {
     sweeper *s = arg;
     pm_runtime *rt = s->rt;
     pin_self(s->cpu);
+    offcore_open(rt);
+    /* release: start() returns once the open was tried (its outcome is
+     * then the run's, whatever round a reader looks at) */
+    atomic_store_explicit(&rt->oc_ready, 1, memory_order_release);
     while (!atomic_load_explicit(&rt->sweep_stop, memory_order_acquire)) {
         uint64_t gen = atomic_fetch_add_explicit(&rt->sweep_gen, 1, memory_order_acq_rel) + 1;
         bool all = false;
@@ -1021,10 +1153,16 @@ static void *offcore_sweeper_main(void *arg)
             if (!all)
                 nap(SWEEP_PERIOD_NS / 20);
         }
-        if (all)
+        if (all) {
+            offcore_read(rt);
             merge_partials(rt);
+        }
         nap(SWEEP_PERIOD_NS);
     }
+    /* workers are joined before sweep_stop is set: this reading covers the
+     * whole run; stop() publishes it with the final core sweep */
+    offcore_read(rt);
+    offcore_close(rt);
     return NULL;
 }
 
@@ -1128,6 +1266,7 @@ int pm_runtime_start(pm_runtime *rt, const pm_workload_spec *spec, char *err, si
     atomic_store(&rt->workers_stop, 0);
     atomic_store(&rt->workers_ready, 0);
     atomic_store(&rt->sweep_stop, 0);
+    atomic_store(&rt->oc_ready, 0);
     atomic_store(&rt->routers_go, 1);
     /* Workers first; each opens its probe after pinning itself. */
     unsigned started = 0;
@@ -1162,6 +1301,9 @@ int pm_runtime_start(pm_runtime *rt, const pm_workload_spec *spec, char *err, si
         rc = spawn(&rt->sweepers[sw].th, sw < (unsigned)rt->topo.n_nodes ? core_sweeper_main
                                                                           : offcore_sweeper_main,
                    &rt->sweepers[sw]);
+    /* acquire: pairs with the off-core sweeper's release after its open */
+    while (rc == 0 && !atomic_load_explicit(&rt->oc_ready, memory_order_acquire))
+        nap(100000);
     rt->t_start = pm_now();
     for (; rc == 0 && ro < rt->n_routers; ro++)
         rc = spawn(&rt->routers[ro].th, router_main, &rt->routers[ro]);
@@ -1244,14 +1386,11 @@ int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
     return pm_runtime_stop(rt, result, slice_queries);
 }
 
-int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap)
+/* snap_lock held. While a run is on, wait until two more rounds are
+ * published: the first may have swept before the caller asked. Bounded,
+ * since the run may end (its final sweep also bumps the round). */
+static void wait_fresh_round(pm_runtime *rt)
 {
-    size_t table = (size_t)rt->n_slices * rt->n_stats;
-    if (cap < table)
-        return -ENOSPC;
-    pthread_mutex_lock(&rt->snap_lock);
-    /* Two rounds: the first may have swept before this call. Bounded wait,
-     * since the run may end (its final sweep also bumps the round). */
     uint64_t target = rt->published_round + 2;
     for (int tries = 0; tries < 200 && rt->published_round < target &&
                         !atomic_load(&rt->sweep_stop) && atomic_load(&rt->routers_go);
@@ -1263,9 +1402,53 @@ int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap)
             ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&rt->snap_cond, &rt->snap_lock, &ts);
     }
-    memcpy(values, rt->published, table * sizeof *values);
+}
+
+int pm_runtime_snapshot_read(pm_runtime *rt, pm_snapshot *snap)
+{
+    size_t table = (size_t)rt->n_slices * rt->n_stats;
+    if (!snap || !snap->stats)
+        return -EINVAL;
+    if (snap->stats_cap < table)
+        return -ENOSPC;
+    pthread_mutex_lock(&rt->snap_lock);
+    wait_fresh_round(rt);
+    size_t oc_need = rt->oc_pub_nodes || rt->oc_pub_links
+                         ? (size_t)rt->uncore.n_values * rt->oc_pub_stride
+                         : 0;
+    snap->offcore_nodes = rt->oc_pub_nodes;
+    snap->offcore_links = rt->oc_pub_links;
+    snap->offcore_stride = rt->oc_pub_stride ? rt->oc_pub_stride : 1;
+    if (snap->offcore && snap->offcore_cap < oc_need) {
+        pthread_mutex_unlock(&rt->snap_lock);
+        return -ENOSPC;
+    }
+    memcpy(snap->stats, rt->published, table * sizeof *snap->stats);
+    if (snap->node)
+        memcpy(snap->node, pm_schedule_nodes(rt->current), rt->n_slices * sizeof *snap->node);
+    if (snap->core)
+        memcpy(snap->core, pm_schedule_cores(rt->current), rt->n_slices * sizeof *snap->core);
+    if (snap->offcore && oc_need)
+        memcpy(snap->offcore, rt->oc_pub, oc_need * sizeof *snap->offcore);
+    snprintf(snap->offcore_msg, sizeof snap->offcore_msg, "%s", rt->oc_pub_msg);
     pthread_mutex_unlock(&rt->snap_lock);
     return 0;
+}
+
+int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap)
+{
+    pm_snapshot snap = {.stats = values, .stats_cap = cap};
+    return pm_runtime_snapshot_read(rt, &snap);
+}
+
+unsigned pm_runtime_n_offcore_values(const pm_runtime *rt)
+{
+    return rt->has_uncore ? (unsigned)rt->uncore.n_values : 0;
+}
+
+const char *pm_runtime_offcore_name(const pm_runtime *rt, unsigned i)
+{
+    return i < pm_runtime_n_offcore_values(rt) ? rt->uncore.names[i] : NULL;
 }
 
 int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out)

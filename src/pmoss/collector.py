@@ -197,8 +197,12 @@ def offcore_batch(lib: ctypes.CDLL, values: dict[str, list[float | None]], n_nod
 def episode_columns(slices: pa.RecordBatch, offcore: pa.RecordBatch | None = None) -> dict[str, Any]:
     """Collector batches -> the slice-level and off-core columns of a raw snapshot row (DESIGN §4.3).
 
-    A feature the batch lacks or that is null for every slice becomes a null list and is named in
-    `unavailable`; per-slice nulls stay null inside the list.
+    A slice feature the batch lacks or that is null for any slice is unavailable: a null list,
+    named in `unavailable` (a probe that cannot measure a counter cannot measure it on any slice;
+    a slice that ran nothing shows 0 there, which is not a measurement). An off-core feature with
+    no measured node / link is a null list and named in `unavailable`; single unmeasured entries
+    stay null inside the list. `imc_total_bytes` (AMD DF, Arm CMN: reads and writes together) has
+    no snapshot column, so on such hosts imc_read_bytes / imc_write_bytes are unavailable.
     """
     cols = slices.to_pydict()
     order = sorted(range(slices.num_rows), key=lambda i: cols["slice"][i])
@@ -206,17 +210,18 @@ def episode_columns(slices: pa.RecordBatch, offcore: pa.RecordBatch | None = Non
     unavailable = []
     for name in SLICE_FEATURES:
         values = [cols[name][i] for i in order] if name in cols else None
-        if values is None or all(v is None for v in values):
+        if values is None or any(v is None for v in values):
             out[name] = None
             unavailable.append(name)
         else:
             out[name] = values
+    oc = offcore.to_pydict() if offcore is not None else {"scope": [], "index": []}
+    for name, scope in [(n, "node") for n in OFFCORE_NODE] + [(n, "link") for n in OFFCORE_LINK]:
+        rows = sorted((oc["index"][i], oc[name][i]) for i in range(len(oc["scope"])) if oc["scope"][i] == scope)
+        vals = [v for _, v in rows]
+        out[name] = vals if any(v is not None for v in vals) else None
+        if out[name] is None:
+            unavailable.append(name)
     out["unavailable"] = unavailable
-    if offcore is not None:
-        oc = offcore.to_pydict()
-        for name, scope in [(n, "node") for n in OFFCORE_NODE] + [(n, "link") for n in OFFCORE_LINK]:
-            rows = sorted((oc["index"][i], oc[name][i]) for i in range(offcore.num_rows) if oc["scope"][i] == scope)
-            vals = [v for _, v in rows]
-            out[name] = vals if vals and any(v is not None for v in vals) else None
     assert set(CORE_FEATURES) <= set(SLICE_FEATURES), "core features are slice features"
     return out

@@ -1,6 +1,8 @@
 """Python binding of the native runtime (libpmoss.so) through cffi in ABI mode.
 
-Python only configures, starts and reads the runtime; every query runs in C.
+Python only configures, starts and reads the runtime; every query runs in C. Snapshots come
+through the Arrow C Data Interface: the runtime exports whole record batches (per-slice table and
+off-core readings) into cffi-allocated ArrowArray/ArrowSchema structs that pyarrow imports.
 The library is found through ``PMOSS_LIB`` or ``<repo>/build/runtime/libpmoss.so``.
 """
 
@@ -11,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from cffi import FFI
 
 from pmoss.errors import PmossError
@@ -41,12 +45,18 @@ typedef struct pm_probe_ops {
 } pm_probe_ops;
 typedef struct pm_probe_config { int mode; const char *model; int disable_rdpmc; } pm_probe_config;
 extern pm_probe_ops pm_collector_probe_ops;  /* const in C; cffi ABI mode reads consts as values */
+typedef struct pm_uncore_ops {
+    void *open; void *read; void *close; int n_values; const char *const *names;
+} pm_uncore_ops;
+typedef struct pm_uncore_config { const char *sysfs_root; } pm_uncore_config;
+extern pm_uncore_ops pm_collector_uncore_ops;
 typedef enum pm_boundaries { PM_BOUNDARIES_EQUAL_COUNT = 0, PM_BOUNDARIES_EQUAL_WIDTH = 1 } pm_boundaries;
 typedef struct pm_runtime_config {
     uint64_t n_keys; const char *dataset; uint64_t seed; unsigned n_slices;
     pm_boundaries boundaries; unsigned leaf_capacity; unsigned batch_queries;
     unsigned queue_capacity; unsigned routers_per_node; unsigned max_workers;
     int share_cpus; const pm_probe_ops *probe; void *probe_ctx;
+    const pm_uncore_ops *uncore; void *uncore_ctx;
 } pm_runtime_config;
 typedef struct pm_runtime pm_runtime;
 void pm_runtime_config_init(pm_runtime_config *cfg);
@@ -70,15 +80,24 @@ typedef struct pm_run_result {
 int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out);
 int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
                    pm_run_result *result, uint64_t *slice_queries, char *err, size_t err_len);
-unsigned pm_runtime_n_stats(const pm_runtime *rt);
-const char *pm_runtime_stat_name(const pm_runtime *rt, unsigned i);
-int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap);
+struct ArrowSchema {
+    const char *format; const char *name; const char *metadata; int64_t flags; int64_t n_children;
+    struct ArrowSchema **children; struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *); void *private_data;
+};
+struct ArrowArray {
+    int64_t length; int64_t null_count; int64_t offset; int64_t n_buffers; int64_t n_children;
+    const void **buffers; struct ArrowArray **children; struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *); void *private_data;
+};
+int pm_runtime_export_arrow(pm_runtime *rt, struct ArrowArray *slices, struct ArrowSchema *slices_schema,
+                            struct ArrowArray *offcore, struct ArrowSchema *offcore_schema,
+                            char *msg, size_t msg_len);
 int pm_runtime_lookup(pm_runtime *rt, uint64_t key, uint64_t *value);
 uint64_t pm_runtime_n_keys(pm_runtime *rt);
 """
 
 _ERR_LEN = 512
-_UNAVAILABLE = 2**64 - 1  # PM_STAT_UNAVAILABLE: reported as None, never 0
 _PROBE_MODES = {"auto": 0, "hardware": 1, "software": 2}  # pm_counter_mode (collector.h)
 _ffi = FFI()
 _ffi.cdef(_CDEF)
@@ -122,6 +141,39 @@ def _latency_dict(lat: Any) -> dict[str, Any]:
             "mean_ns": float(lat.mean_ns)}
 
 
+def _address(ptr: Any) -> int:
+    return int(_ffi.cast("uintptr_t", ptr))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One swept snapshot: the stitched per-slice table and the off-core readings of one round.
+
+    ``slices``: slice, core, node (the schedule in force; -1 where its kind has none), queries
+    (int64), then one nullable float64 column per stat (nodes_visited, keys_scanned, the probe's
+    counters), cumulative since the runtime was created; null = the host cannot measure it, never 0.
+    ``offcore``: one row per NUMA node then per socket link: scope ("node" | "link"), index,
+    imc_read_bytes, imc_write_bytes, link_in_bytes, link_out_bytes, imc_total_bytes, bytes of the
+    run in progress (between runs: of the last run); null = not measured, no rows = no readings.
+    ``offcore_error``: why there are no off-core readings although asked for (e.g. refused by
+    perf_event_paranoid), else ""."""
+
+    slices: pa.RecordBatch
+    offcore: pa.RecordBatch
+    offcore_error: str
+
+    def column(self, name: str) -> list[Any]:
+        """One per-slice column as a list (None = null)."""
+        return self.slices.column(name).to_pylist()
+
+    def slices_since(self, earlier: Snapshot) -> pa.RecordBatch:
+        """Per-slice counts accumulated between `earlier` and this snapshot (null stays null)."""
+        keep = ("slice", "core", "node")
+        cols = [self.slices.column(n) if n in keep else pc.subtract(self.slices.column(n), earlier.slices.column(n))
+                for n in self.slices.schema.names]  # fmt: skip
+        return pa.RecordBatch.from_arrays(cols, schema=self.slices.schema)
+
+
 @dataclass
 class MigrationReport:
     slices_moved: int
@@ -143,8 +195,10 @@ class Runtime:
     def __init__(self, n_keys: int, dataset: str = "dense", seed: int = 1, n_slices: int = 256, *,
                  equal_width: bool = False, leaf_capacity: int = 255, batch_queries: int = 100,
                  queue_capacity: int = 1024, routers_per_node: int = 1, max_workers: int = 0,
-                 share_cpus: bool | None = None, probe: str | None = None) -> None:
-        """probe: None (own counts only) or a collector counter mode: auto | software | hardware."""
+                 share_cpus: bool | None = None, probe: str | None = None, offcore: str | None = None) -> None:
+        """probe: None (own counts only) or a collector counter mode: auto | software | hardware.
+        offcore: None (no off-core readings) or the sysfs root whose uncore PMUs (memory
+        controllers, socket links) the off-core sweeper opens at every run start: "/sys" here."""
         self._lib = load_library()
         cfg = _ffi.new("pm_runtime_config *")
         self._lib.pm_runtime_config_init(cfg)
@@ -163,6 +217,14 @@ class Runtime:
                 raise NativeRuntimeError(f"{library_path()} was built without the collector: no probe") from exc
             self._probe_cfg = _ffi.new("pm_probe_config *", {"mode": _PROBE_MODES[probe]})
             cfg.probe_ctx = self._probe_cfg
+        if offcore is not None:
+            try:
+                cfg.uncore = _ffi.addressof(self._lib, "pm_collector_uncore_ops")
+            except AttributeError as exc:
+                raise NativeRuntimeError(f"{library_path()} was built without the collector: no off-core sweeper") from exc
+            self._sysfs_root = _ffi.new("char[]", offcore.encode())
+            self._uncore_cfg = _ffi.new("pm_uncore_config *", {"sysfs_root": self._sysfs_root})
+            cfg.uncore_ctx = self._uncore_cfg
         out = _ffi.new("pm_runtime **")
         err = _ffi.new("char[]", _ERR_LEN)
         if self._lib.pm_runtime_create(cfg, out, err, _ERR_LEN) != 0:
@@ -267,16 +329,18 @@ class Runtime:
         self._lib.pm_runtime_latency(self._rt, out)
         return _latency_dict(out)
 
-    def snapshot(self) -> dict[str, list[int | None]]:
-        """Latest swept per-slice stats: {stat name: [n_slices values]}, cumulative since create;
-        None where the host cannot measure the counter."""
-        n_stats = int(self._lib.pm_runtime_n_stats(self._rt))
-        buf = _ffi.new("uint64_t[]", self.n_slices * n_stats)
-        self._lib.pm_runtime_snapshot(self._rt, buf, self.n_slices * n_stats)
-        names = [_ffi.string(self._lib.pm_runtime_stat_name(self._rt, j)).decode() for j in range(n_stats)]
-        values = [int(buf[i]) for i in range(self.n_slices * n_stats)]
-        return {name: [None if (v := values[i * n_stats + j]) == _UNAVAILABLE else v for i in range(self.n_slices)]
-                for j, name in enumerate(names)}
+    def snapshot(self) -> Snapshot:
+        """The latest swept snapshot (while a run is on: from a sweep round after this call),
+        exported by the runtime as two Arrow record batches and imported zero-copy by pyarrow,
+        which calls the C release callbacks when the batches are freed."""
+        arrays = [_ffi.new("struct ArrowArray *") for _ in range(2)]
+        schemas = [_ffi.new("struct ArrowSchema *") for _ in range(2)]
+        msg = _ffi.new("char[]", _ERR_LEN)
+        rc = self._lib.pm_runtime_export_arrow(self._rt, arrays[0], schemas[0], arrays[1], schemas[1], msg, _ERR_LEN)
+        if rc != 0:
+            raise NativeRuntimeError(f"snapshot export failed: {os.strerror(-rc)}")
+        slices, offcore = (pa.RecordBatch._import_from_c(_address(a), _address(sc)) for a, sc in zip(arrays, schemas, strict=True))
+        return Snapshot(slices, offcore, _message(msg))
 
     # ---- direct access (checks, not a query path) ----
     def lookup(self, key: int) -> int | None:

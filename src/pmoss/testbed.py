@@ -1,36 +1,44 @@
 """A real testbed host: episodes on the native runtime + collector, turned into raw snapshot rows.
 
-The runtime keeps cumulative per-slice counters (swept from the workers); an episode's counts are
-the difference between the snapshots before and after its window. Counters the host cannot
-measure (no hardware PMU here: only software events) come back as None and are listed in
-`unavailable`; they are never zero. Off-core readings are not wired into the rows yet, so they are
-null and listed unavailable too.
+Each snapshot comes out of the runtime as Arrow record batches (Arrow C Data Interface): the
+stitched per-slice table, cumulative since the runtime was created, and the off-core readings of
+the run (memory-controller and socket-link bytes per node / link). An episode's slice counts are
+the difference between the snapshots after and before its run; its off-core readings are those of
+the run itself. Counters the host cannot measure (no hardware PMU here: only software events; no
+uncore PMU either) come back null and are listed in `unavailable`; they are never zero. When
+uncore PMUs exist but may not be opened, one warning says why (perf_event_paranoid / CAP_PERFMON).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
 from pmoss import __version__
+from pmoss.collector import episode_columns
 from pmoss.machine import Machine
 from pmoss.schedule import Schedule
-from pmoss.snapshot import CORE_FEATURES, OFFCORE_LINK, OFFCORE_NODE, SLICE_FEATURES, episode_id, now_utc
+from pmoss.snapshot import CORE_FEATURES, episode_id, now_utc
 from pmoss.workload import get_workload
 
 UINT64_MAX = 2**64 - 1
+log = logging.getLogger(__name__)
+_warned: set[str] = set()  # off-core messages already shown in this process: one each, not one per run
 
 
 class Testbed:
     """One loaded index on this host. Not thread-safe except as the runtime itself allows
     (`enforce` may run while another thread is inside `run`)."""
 
-    def __init__(self, machine: Machine, n_keys: int, dataset: str = "dense", n_slices: int = 256, seed: int = 1, probe: str = "auto"):
+    def __init__(self, machine: Machine, n_keys: int, dataset: str = "dense", n_slices: int = 256, seed: int = 1,
+                 probe: str = "auto", offcore: str | None = "/sys"):  # fmt: skip
+        """offcore: sysfs root of the uncore PMUs to sweep ("/sys"), None for no off-core readings."""
         from pmoss.runtime import Runtime
 
         self.machine, self.dataset, self.n_keys = machine, dataset, n_keys
-        self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe)
+        self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe, offcore=offcore)
         self.n_slices = self.rt.n_slices
         lower = self.rt.slice_bounds()
         self.slice_lo, self.slice_hi = lower, [x - 1 for x in lower[1:]] + [UINT64_MAX]
@@ -51,22 +59,23 @@ class Testbed:
         result = self.rt.run(workload, seconds, seed=seed)
         self.last_result = result
         now = result["stats"]
-        delta = {k: None if now[k][0] is None else [a - b for a, b in zip(now[k], self._last[k], strict=True)] for k in SLICE_FEATURES if k in now}
+        cols = episode_columns(now.slices_since(self._last), now.offcore)
         self._last = now
-        return self._row(workload, seed, run_index, result, delta)
+        if now.offcore_error and now.offcore_error not in _warned:
+            _warned.add(now.offcore_error)
+            log.warning("%s", now.offcore_error)
+        return self._row(workload, seed, run_index, result, cols)
 
-    def _row(self, workload: str, seed: int, run_index: int, result: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    def _row(self, workload: str, seed: int, run_index: int, result: dict[str, Any], cols: dict[str, Any]) -> dict[str, Any]:
         s = self.schedule
-        unavailable = [k for k in SLICE_FEATURES if delta.get(k) is None] + list(OFFCORE_NODE + OFFCORE_LINK)
-        hardware = any(delta.get(k) is not None for k in CORE_FEATURES if k != "task_clock_ns")
+        hardware = any(cols[k] is not None for k in CORE_FEATURES if k != "task_clock_ns")
         return {
             "episode_id": episode_id(self.machine.name, workload, self.dataset, s.node, s.core, s.kind, seed, run_index),
             "source": "real", "machine": self.machine.name, "host": os.uname().nodename, "workload": workload,
             "workload_params": get_workload(workload).params_json(), "dataset": self.dataset, "n_records": self.n_keys,
             "schedule_kind": s.kind, "schedule_provenance": json.dumps(s.provenance, sort_keys=True), "seed": seed,
             "run_index": run_index, "n_slices": self.n_slices, "window_s": result["seconds"],
-            "throughput_qps": result["throughput"], "unavailable": unavailable,
-            "counter_mode": "hardware" if hardware else "software", "collector": f"pmoss-collector {__version__}",
-            "timestamp": now_utc(), "slice_lo": self.slice_lo, "slice_hi": self.slice_hi, "core": s.core, "node": s.node,
-            "queries": result["slice_queries"], **{k: delta.get(k) for k in SLICE_FEATURES},
+            "throughput_qps": result["throughput"], "counter_mode": "hardware" if hardware else "software",
+            "collector": f"pmoss-collector {__version__}", "timestamp": now_utc(), "slice_lo": self.slice_lo,
+            "slice_hi": self.slice_hi, **cols,
         }  # fmt: skip

@@ -10,7 +10,7 @@
  *   ctab     per-slice counter table: sums probe deltas per slice, merges the
  *            tables of several workers, exports as Arrow.
  *   uncore   off-core sweeper: memory-controller and socket-link PMUs found
- *            under a sysfs root.
+ *            under a sysfs root; backs the runtime's pm_uncore_ops hook.
  *   arrow    export through the Arrow C Data Interface.
  *
  * Conventions: functions return 0 or -errno; a failed call leaves its outputs
@@ -237,6 +237,16 @@ int pm_uncore_open(pm_uncore *u, char *msg, size_t msg_len);
  * multiplex-scaled; entries nothing measured are NAN (null). Returns 0,
  * -EINVAL (not opened, cap too small) or -EIO. Only the opener's thread. */
 int pm_uncore_read(pm_uncore *u, double *values, unsigned cap);
+
+/* The ctx of pm_collector_uncore_ops (the runtime's off-core hook, defined
+ * in libpmoss): where to discover uncore PMUs. NULL ctx = {"/sys"}. The
+ * hook's open = pm_uncore_discover + pm_uncore_open (absent PMUs: 0 nodes,
+ * 0 links, not an error; refused: -EACCES and the one permission message),
+ * read = pm_uncore_read (values in the layout above, n_values =
+ * PM_N_OFFCORE, names = pm_offcore_names), close = pm_uncore_destroy. */
+typedef struct pm_uncore_config {
+    const char *sysfs_root; /* NULL = "/sys"; tests pass fake trees */
+} pm_uncore_config;
 
 /* --------------------------------------------------------------- arrow */
 

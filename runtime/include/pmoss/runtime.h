@@ -236,6 +236,37 @@ typedef struct pm_probe_ops {
     const char *const *names;
 } pm_probe_ops;
 
+/* -------------------------------------------------------------- off-core */
+
+/* Off-core hook implemented by the collector (pm_collector_uncore_ops):
+ * memory-controller and socket-link PMUs, driven by the runtime's off-core
+ * sweeper thread.
+ *   open()  runs on the off-core sweeper at every run start. It writes the
+ *           shape of its readings: n_nodes per-node entries and n_links
+ *           per-link entries (0 and 0: the host has no such PMU, not an
+ *           error). Returns 0 or -errno with a one-line reason in msg
+ *           (-EACCES: system-wide perf access refused; the message names
+ *           kernel.perf_event_paranoid and CAP_PERFMON). A failed open leaves
+ *           the run's off-core readings null; the run itself goes on.
+ *   read()  writes the cumulative readings since open into
+ *           values[n_values][cap] (row-major, cap >= max(n_nodes, n_links)),
+ *           NAN where nothing was measured; 0 or -errno. Called once per
+ *           sweep round and once more when the run stops, only on the thread
+ *           that opened state.
+ *   close() frees state (on the same thread).
+ * names[n_values] name the features (the collector's: imc_read_bytes,
+ * imc_write_bytes, link_in_bytes, link_out_bytes, imc_total_bytes); which
+ * feature is per node and which per link is the implementation's layout:
+ * the runtime only stores and copies the readings. 0 < n_values <= 16. */
+typedef struct pm_uncore_ops {
+    int (*open)(void *ctx, void **state, unsigned *n_nodes, unsigned *n_links, char *msg,
+                size_t msg_len);
+    int (*read)(void *state, double *values, unsigned cap);
+    void (*close)(void *state);
+    int n_values;
+    const char *const *names;
+} pm_uncore_ops;
+
 /* --------------------------------------------------------------- runtime */
 
 typedef enum pm_boundaries {
@@ -269,6 +300,8 @@ typedef struct pm_runtime_config {
                                   0 reserve router/sweeper CPUs, 1 share */
     const pm_probe_ops *probe; /* NULL: only the runtime's own counts */
     void *probe_ctx;
+    const pm_uncore_ops *uncore; /* NULL: no off-core readings */
+    void *uncore_ctx;            /* handed to uncore->open; must outlive the runtime */
 } pm_runtime_config;
 
 /* Fill cfg with the defaults above (n_keys 1e6, dataset "dense", seed 1). */
@@ -382,6 +415,61 @@ const char *pm_runtime_stat_name(const pm_runtime *rt, unsigned i);
  * (capacity cap entries). While running, waits for a sweep round that began
  * after the call. Thread-safe. Returns 0 or -ENOSPC if cap is too small. */
 int pm_runtime_snapshot(pm_runtime *rt, uint64_t *values, size_t cap);
+
+/* Off-core features of the uncore hook (0 without one) and their names
+ * (NULL past the end). Cannot fail; thread-safe. */
+unsigned pm_runtime_n_offcore_values(const pm_runtime *rt);
+const char *pm_runtime_offcore_name(const pm_runtime *rt, unsigned i);
+
+#define PM_OFFCORE_MSG_LEN 256
+
+/* One swept snapshot: everything a call copies comes from the same sweep
+ * round. The caller provides the buffers; the call writes the rest. */
+typedef struct pm_snapshot {
+    uint64_t *stats;     /* n_slices x n_stats row-major, as pm_runtime_snapshot */
+    size_t stats_cap;    /* entries */
+    int *node, *core;    /* n_slices each, or NULL: the schedule in force */
+    double *offcore;     /* n_offcore_values x offcore_stride row-major, or
+                            NULL: off-core values not wanted (shape still written) */
+    size_t offcore_cap;  /* entries */
+    /* written: off-core readings of the run in progress (bytes since it
+     * started; between runs, the last run's). NAN = null. 0 nodes and 0
+     * links: none — no uncore hook, no uncore PMU, no run yet, or the open
+     * failed (then offcore_msg says why, else it is ""). */
+    unsigned offcore_nodes, offcore_links;
+    unsigned offcore_stride; /* max(offcore_nodes, offcore_links, 1) */
+    char offcore_msg[PM_OFFCORE_MSG_LEN];
+} pm_snapshot;
+
+/* Copy the latest swept snapshot into *snap (buffers as above). While
+ * running, waits for a sweep round that began after the call, like
+ * pm_runtime_snapshot. Thread-safe. Returns 0, -EINVAL (snap or stats
+ * NULL), or -ENOSPC when stats_cap or offcore_cap is too small — for
+ * offcore_cap the shape is written, so the caller can size offcore and
+ * retry; no buffer is written. */
+int pm_runtime_snapshot_read(pm_runtime *rt, pm_snapshot *snap);
+
+struct ArrowArray;
+struct ArrowSchema;
+
+/* The latest swept snapshot (as pm_runtime_snapshot_read) as two Arrow
+ * record batches through the Arrow C Data Interface, built by the
+ * collector's exporters:
+ *   slices:  slice, core, node (int32; the schedule in force, -1 where the
+ *            kind has none), queries (int64), then one nullable float64
+ *            column per stat after "queries", cumulative since create, null
+ *            where PM_STAT_UNAVAILABLE;
+ *   offcore: one row per node then per link: scope ("node"|"link"), index,
+ *            one nullable float64 column per collector off-core feature
+ *            (bytes of the run in progress / the last run).
+ * msg receives offcore_msg (why off-core readings are null, or "").
+ * The caller owns the four outputs and must call their release callbacks
+ * (pyarrow's importer does); on failure none needs releasing. Thread-safe.
+ * Returns 0, -ENOMEM, or -EINVAL (the uncore hook is not the collector's
+ * layout). Present in libpmoss when it is built with the collector. */
+int pm_runtime_export_arrow(pm_runtime *rt, struct ArrowArray *slices,
+                            struct ArrowSchema *slices_schema, struct ArrowArray *offcore,
+                            struct ArrowSchema *offcore_schema, char *msg, size_t msg_len);
 
 /* Latency of the queries completed since the previous pm_runtime_latency
  * call (reset-on-read; the first call covers everything since create),
