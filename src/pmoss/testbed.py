@@ -26,11 +26,14 @@ class Testbed:
     """One loaded index on this host. Not thread-safe except as the runtime itself allows
     (`enforce` may run while another thread is inside `run`)."""
 
-    def __init__(self, machine: Machine, n_keys: int, dataset: str = "dense", n_slices: int = 256, seed: int = 1, probe: str = "auto"):
+    def __init__(self, machine: Machine, n_keys: int, dataset: str = "dense", n_slices: int = 256, seed: int = 1, probe: str = "auto",
+                 batch_queries: int = 100, batch_max_wait_us: int | None = None):
+        """batch_queries / batch_max_wait_us: probe granularity and its latency bound (see Runtime)."""
         from pmoss.runtime import Runtime
 
         self.machine, self.dataset, self.n_keys = machine, dataset, n_keys
-        self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe)
+        self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe,
+                          batch_queries=batch_queries, batch_max_wait_us=batch_max_wait_us)
         self.n_slices = self.rt.n_slices
         lower = self.rt.slice_bounds()
         self.slice_lo, self.slice_hi = lower, [x - 1 for x in lower[1:]] + [UINT64_MAX]
