@@ -15,6 +15,9 @@
 extern const pm_probe_ops pm_collector_probe_ops;
 #endif
 
+#define PM_STR_(x) #x
+#define PM_STR(x) PM_STR_(x)
+
 static const char usage[] =
     "usage: pmoss-runtime [options]\n"
     "Load keys into an OLC B+-tree cut into slices, enforce a spatial schedule,\n"
@@ -34,8 +37,8 @@ static const char usage[] =
     "  --share-cpus auto|yes|no  let routers/sweepers share worker CPUs (default auto)\n"
     "  --queue Q              per-worker queue capacity, power of two (default 1024)\n"
     "  --batch B              probe granularity: queries per slice batch (default 100)\n"
-    "  --batch-max-wait US    run a partial batch once its oldest query waited US\n"
-    "                         microseconds (default 10000; 0: never wait)\n"
+    "  --batch-max-wait US    with --probe: run a partial batch once its oldest query\n"
+    "                         waited US microseconds (default " PM_STR(PM_BATCH_MAX_WAIT_US_DEFAULT) "; 0: never wait)\n"
     "schedule:\n"
     "  --schedule FILE        schedule JSON (DESIGN 4.2); default os-default\n"
     "  --switch-schedule FILE enforce this schedule during the run ...\n"

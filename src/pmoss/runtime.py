@@ -112,6 +112,14 @@ def load_library() -> Any:
     return _lib
 
 
+def config_defaults() -> dict[str, int]:
+    """The native runtime's defaults (pm_runtime_config_init) of its numeric config fields."""
+    cfg = _ffi.new("pm_runtime_config *")
+    load_library().pm_runtime_config_init(cfg)
+    return {f: int(getattr(cfg, f)) for f in ("n_keys", "seed", "n_slices", "leaf_capacity", "batch_queries",
+                                                "batch_max_wait_us", "queue_capacity", "routers_per_node")}
+
+
 def _message(err: Any) -> str:
     return _ffi.string(err).decode("utf-8", "replace")
 

@@ -244,8 +244,9 @@ typedef enum pm_boundaries {
     PM_BOUNDARIES_EQUAL_WIDTH = 1  /* equal key-range width over [min, max] */
 } pm_boundaries;
 
-/* Default batch_max_wait_us (see pm_runtime_config). */
-#define PM_BATCH_MAX_WAIT_US_DEFAULT 10000u
+/* Default batch_max_wait_us (see pm_runtime_config); the latency/overhead
+ * trade-off behind it is measured in docs/benchmarks.md. */
+#define PM_BATCH_MAX_WAIT_US_DEFAULT 10000
 
 typedef struct pm_runtime_config {
     uint64_t n_keys;           /* keys loaded at create */
@@ -266,7 +267,8 @@ typedef struct pm_runtime_config {
                                   PM_BATCH_MAX_WAIT_US_DEFAULT: a partial
                                   batch runs once its oldest query waited
                                   this long (0: partial batches never wait,
-                                  every drain runs all that is pending).
+                                  every drain runs all that is pending;
+                                  without a probe batches never wait).
                                   Partial batches also run when the worker's
                                   queue stays empty for a few polls (idle or
                                   light load keeps low latency), when the
