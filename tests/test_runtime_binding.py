@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -124,5 +126,14 @@ def test_batches_and_probe_reads() -> None:
     assert 0 <= out["full_batches"] <= out["batches"]
     plain = rtmod.Runtime(n_keys=20_000, n_slices=8).run("ycsb-c", 0.05)
     assert plain["probe_reads"] == 0 and plain["batches"] > 0
+    # an explicit wait batches without a probe too
+    held = rtmod.Runtime(n_keys=20_000, n_slices=8, batch_max_wait_us=20_000).run("ycsb-c", 0.1)
+    assert held["probe_reads"] == 0 and held["completed"] == held["dispatched"]
     with pytest.raises(rtmod.NativeRuntimeError, match="batch_max_wait_us"):
         rtmod.Runtime(n_keys=100, n_slices=2, batch_max_wait_us=-1)
+
+
+def test_batch_wait_default_matches_header() -> None:
+    header = (Path(__file__).resolve().parents[1] / "runtime/include/pmoss/runtime.h").read_text()
+    m = re.search(r"#define PM_BATCH_MAX_WAIT_US_DEFAULT (\d+)", header)
+    assert m and int(m.group(1)) == rtmod.BATCH_MAX_WAIT_US_DEFAULT

@@ -377,7 +377,7 @@ void pm_runtime_config_init(pm_runtime_config *cfg)
     cfg->boundaries = PM_BOUNDARIES_EQUAL_COUNT;
     cfg->leaf_capacity = PM_LEAF_CAPACITY_MAX;
     cfg->batch_queries = 100;
-    cfg->batch_max_wait_us = PM_BATCH_MAX_WAIT_US_DEFAULT;
+    cfg->batch_max_wait_us = PM_BATCH_MAX_WAIT_AUTO;
     cfg->queue_capacity = 1024;
     cfg->routers_per_node = 1;
     cfg->share_cpus = -1;
@@ -893,8 +893,11 @@ static void *worker_main(void *arg)
     if (w->probe_rc)
         return NULL;
     uint64_t done = atomic_load_explicit(&w->completed, memory_order_relaxed);
-    /* without a probe there is no read to amortise: batches never wait */
-    uint64_t wait_ns = rt->has_probe ? (uint64_t)rt->cfg.batch_max_wait_us * 1000u : 0;
+    /* AUTO: without a probe there is no read to amortise, so no wait */
+    unsigned wait_us = rt->cfg.batch_max_wait_us != PM_BATCH_MAX_WAIT_AUTO ? rt->cfg.batch_max_wait_us
+                       : rt->has_probe                                    ? PM_BATCH_MAX_WAIT_US_DEFAULT
+                                                                          : 0;
+    uint64_t wait_ns = (uint64_t)wait_us * 1000u;
     unsigned spins = 0;
     for (;;) {
         /* acquire: routers were joined before workers_stop was set, so once

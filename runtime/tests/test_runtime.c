@@ -494,11 +494,11 @@ static void test_probe_exact(void)
 {
     pm_probe_ops ops = {exact_open, exact_read, free, 2, exact_names};
     /* batch sizes: one query per window, odd, default, above the queue
-     * capacity; max waits: default, short, none, longer than the run (so
-     * only idle, a full pool and the stop end partial batches) */
+     * capacity; max waits: default (AUTO: 10 ms with a probe), short, none,
+     * longer than the run (so only idle, a full pool and the stop end
+     * partial batches) */
     unsigned batches[] = {1, 7, 100, 100, 4096, 100};
-    unsigned waits[] = {PM_BATCH_MAX_WAIT_US_DEFAULT, 500, PM_BATCH_MAX_WAIT_US_DEFAULT, 0,
-                        10000000, 10000000};
+    unsigned waits[] = {PM_BATCH_MAX_WAIT_AUTO, 500, PM_BATCH_MAX_WAIT_AUTO, 0, 10000000, 10000000};
     static const char *mixes[] = {"ycsb-c", "ycsb-a", "rsi-20-30-50", "ycsb-e"};
     enum { NS = 5 };
     for (unsigned b = 0; b < sizeof batches / sizeof *batches; b++) {

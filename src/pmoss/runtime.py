@@ -112,12 +112,7 @@ def load_library() -> Any:
     return _lib
 
 
-def config_defaults() -> dict[str, int]:
-    """The native runtime's defaults (pm_runtime_config_init) of its numeric config fields."""
-    cfg = _ffi.new("pm_runtime_config *")
-    load_library().pm_runtime_config_init(cfg)
-    return {f: int(getattr(cfg, f)) for f in ("n_keys", "seed", "n_slices", "leaf_capacity", "batch_queries",
-                                                "batch_max_wait_us", "queue_capacity", "routers_per_node")}
+BATCH_MAX_WAIT_US_DEFAULT = 10_000  # = PM_BATCH_MAX_WAIT_US_DEFAULT (runtime.h): the wait with a probe when none is given
 
 
 def _message(err: Any) -> str:
@@ -155,8 +150,8 @@ class Runtime:
         """probe: None (own counts only) or a collector counter mode: auto | software | hardware.
 
         batch_queries: queries per slice batch (one probe window each); batch_max_wait_us: run a
-        partial batch once its oldest query waited this long (None: the runtime's default,
-        PM_BATCH_MAX_WAIT_US_DEFAULT; 0: never wait). Without a probe batches never wait."""
+        partial batch once its oldest query waited this long (0: never wait; None: the runtime's
+        default, PM_BATCH_MAX_WAIT_US_DEFAULT with a probe and 0 without)."""
         self._lib = load_library()
         cfg = _ffi.new("pm_runtime_config *")
         self._lib.pm_runtime_config_init(cfg)
@@ -165,8 +160,8 @@ class Runtime:
         cfg.boundaries = 1 if equal_width else 0
         cfg.leaf_capacity, cfg.batch_queries, cfg.queue_capacity = leaf_capacity, batch_queries, queue_capacity
         if batch_max_wait_us is not None:
-            if batch_max_wait_us < 0:
-                raise NativeRuntimeError(f"batch_max_wait_us must be >= 0, got {batch_max_wait_us}")
+            if not 0 <= batch_max_wait_us < 2**32 - 1:
+                raise NativeRuntimeError(f"batch_max_wait_us must be in [0, 2^32 - 2] microseconds, got {batch_max_wait_us}")
             cfg.batch_max_wait_us = batch_max_wait_us
         cfg.routers_per_node, cfg.max_workers = routers_per_node, max_workers
         cfg.share_cpus = -1 if share_cpus is None else int(share_cpus)

@@ -244,9 +244,11 @@ typedef enum pm_boundaries {
     PM_BOUNDARIES_EQUAL_WIDTH = 1  /* equal key-range width over [min, max] */
 } pm_boundaries;
 
-/* Default batch_max_wait_us (see pm_runtime_config); the latency/overhead
- * trade-off behind it is measured in docs/benchmarks.md. */
+/* batch_max_wait_us (see pm_runtime_config): the wait used with a probe
+ * when the config says AUTO (the latency/overhead trade-off behind it is
+ * measured in docs/benchmarks.md), and AUTO itself. */
 #define PM_BATCH_MAX_WAIT_US_DEFAULT 10000
+#define PM_BATCH_MAX_WAIT_AUTO UINT32_MAX
 
 typedef struct pm_runtime_config {
     uint64_t n_keys;           /* keys loaded at create */
@@ -263,20 +265,23 @@ typedef struct pm_runtime_config {
                                   slice, not per worker: that is the price
                                   of exact per-slice attribution at ~1 read
                                   per G queries. */
-    unsigned batch_max_wait_us; /* latency bound of batching, default
-                                  PM_BATCH_MAX_WAIT_US_DEFAULT: a partial
+    unsigned batch_max_wait_us; /* latency bound of batching: a partial
                                   batch runs once its oldest query waited
                                   this long (0: partial batches never wait,
-                                  every drain runs all that is pending;
-                                  without a probe batches never wait).
-                                  Partial batches also run when the worker's
-                                  queue stays empty for a few polls (idle or
-                                  light load keeps low latency), when the
-                                  run stops (nothing lost or repeated) and
-                                  when the worker's pending pool (min(
-                                  n_slices x G, 65536) queries) is full.
-                                  Larger waits mean fuller batches (fewer
-                                  reads) and higher latency under load. */
+                                  every drain runs all that is pending).
+                                  Default PM_BATCH_MAX_WAIT_AUTO: PM_BATCH_
+                                  MAX_WAIT_US_DEFAULT with a probe, 0
+                                  without (nothing to amortise). Partial
+                                  batches also run when the worker's queue
+                                  stays empty through its spin + yield
+                                  phase (idle or light load keeps low
+                                  latency), when the run stops (nothing
+                                  lost or repeated) and when the worker's
+                                  pending pool (min(n_slices x G, 65536)
+                                  queries) is full. Larger waits mean
+                                  fuller batches (fewer reads, more cache
+                                  locality per slice) and higher latency
+                                  under load. */
     unsigned queue_capacity;   /* per worker, power of two, default 1024 */
     unsigned routers_per_node; /* default 1 */
     unsigned max_workers;      /* 0 = one worker per usable CPU */
