@@ -151,7 +151,19 @@ int main(int argc, char **argv)
             break;
         case O_QUEUE: cfg.queue_capacity = (unsigned)strtoul(optarg, NULL, 0); break;
         case O_BATCH: cfg.batch_queries = (unsigned)strtoul(optarg, NULL, 0); break;
-        case O_BATCH_WAIT: cfg.batch_max_wait_us = (unsigned)strtoul(optarg, NULL, 0); break;
+        case O_BATCH_WAIT: {
+            char *end;
+            errno = 0;
+            unsigned long us = strtoul(optarg, &end, 10);
+            /* UINT32_MAX is PM_BATCH_MAX_WAIT_AUTO, not a wait */
+            if (errno || end == optarg || *end || optarg[0] == '-' || us >= UINT32_MAX) {
+                fprintf(stderr, "pmoss-runtime: --batch-max-wait takes microseconds, 0..%u\n",
+                        UINT32_MAX - 1);
+                return 2;
+            }
+            cfg.batch_max_wait_us = (unsigned)us;
+            break;
+        }
         case O_SCHED: sched = optarg; break;
         case O_SWITCH: switch_sched = optarg; break;
         case O_SWITCH_AT: switch_at = strtod(optarg, NULL); break;

@@ -176,8 +176,8 @@ typedef struct pm_pending {
     uint32_t *next;         /* [cap] chain link (slice chain or free list) */
     pm_pending_slice *slice; /* [n_slices] */
     uint32_t oldest, newest; /* collecting slices by age of their first query */
-    pm_batch *due;          /* [due_max + n_slices] batches to run, in order */
-    unsigned n_due;
+    pm_batch *due;          /* [due_cap] batches to run, in order */
+    unsigned n_due, due_cap;
 } pm_pending;
 
 /* 0, -EINVAL (a zero size) or -ENOMEM (nothing left allocated). */

@@ -7,6 +7,7 @@
  * chains its entries FIFO; the collecting slices themselves sit on an age
  * list ordered by when each got its first pending query, so the oldest
  * pending query of the worker is always the head of the oldest slice. */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,10 @@ int pm_pending_init(pm_pending *p, unsigned n_slices, unsigned batch, unsigned c
     p->t_ns = malloc((size_t)cap * sizeof *p->t_ns);
     p->next = malloc((size_t)cap * sizeof *p->next);
     p->slice = malloc((size_t)n_slices * sizeof *p->slice);
-    /* drain stops at due_max; then expiry or flush adds each slice once */
-    p->due = malloc(((size_t)due_max + n_slices) * sizeof *p->due);
+    /* drain stops at due_max; then expiry or a flush adds each collecting
+     * slice once, and at most cap slices can be collecting */
+    p->due_cap = due_max + (n_slices < cap ? n_slices : cap);
+    p->due = malloc((size_t)p->due_cap * sizeof *p->due);
     if (!p->q || !p->t_ns || !p->next || !p->slice || !p->due) {
         pm_pending_fini(p);
         return -ENOMEM;
@@ -88,6 +91,7 @@ static void make_due(pm_pending *p, uint32_t s)
 {
     pm_pending_slice *ps = &p->slice[s];
     age_unlink(p, s);
+    assert(p->n_due < p->due_cap);
     p->due[p->n_due++] = (pm_batch){s, ps->head, ps->tail, ps->n};
     ps->head = ps->tail = PM_PENDING_NONE;
     ps->n = 0;
