@@ -1,49 +1,144 @@
-"""Collector overhead: throughput with per-slice profiling on vs off (granularity 100 queries),
-YCSB-C and YCSB-A, measured alternately in the same run; and the cost of one sweeping + stitching
-round (runtime snapshot + turning it into a raw snapshot row).
+"""Collector overhead: throughput with per-slice profiling on vs off, and what batching costs in latency.
 
-On this host the probe is in software mode (task-clock, page-faults, context-switches through
-read()); with hardware counters and rdpmc the per-read cost is lower. Goal: <= 1% throughput loss.
-Each worker drains up to 100 queued queries, groups them by slice and reads the probe once per
-slice group (+1 per window), so the cost is ~(distinct slices per window + 1) / 100 reads per query.
+    cmake -S . -B build && cmake --build build -j2
+    .venv/bin/python benchmarks/bench_collector.py [--seconds 2] [--rounds 5] [--workers 1] [--waits 1000,100000]
+
+Profiling "on" is probe auto (software mode on hosts without a PMU) at granularity 100: a worker
+collects queries into per-slice batches of <= 100 and runs due batches back to back, one probe
+reading between two; a partial batch runs once its oldest query waited batch_max_wait_us
+(default 10 ms). Per-slice batching changes execution by itself (a slice's tree stays in cache
+for its whole batch; queries wait), so every wait W is measured three ways:
+- on: probe, wait W;
+- off_batched: no probe, same batching (wait W) -- the baseline for the probing overhead proper;
+- off: no probe, no wait (the runtime's default without a probe) -- what a run without profiling
+  looks like end to end.
+Each configuration is its own runtime (1M dense keys, 256 slices, os-default schedule, --workers
+workers); each round runs every configuration once, in rotated order, with the same seed, so
+drift in machine load hits all alike; figures are medians over the rounds. --workers 1 (default)
+keeps the worker the bottleneck, as with the paper's reserved router cores: on a 2-CPU host, two
+workers share both CPUs with the floating router, the router becomes the bottleneck and the figure
+measures CPU sharing instead of the worker path (0 = one worker per usable CPU).
+
+Records (docs/benchmarks.md, "Collector overhead"):
+- collector_overhead_ycsb_c / _ycsb_a: on vs off_batched at the default wait (goal: <= 1% loss);
+  extras: probe reads per query, queries per batch, share of full batches, est_probe_loss_pct
+  (reads per query x ns per read / worker ns per query: robust to machine load, unlike the
+  throughput ratio), throughput of off and on/off ratio, p50/p99 latency of on, off_batched and
+  off, host load.
+- collector_overhead_ycsb_c_wait_<us>: the same for each --waits value (the trade-off).
+- collector_probe_read: ns per probe reading (build/runtime/pmoss_bench_probe) vs one getpid
+  system call timed the same way in the same run.
+- collector_sweep_round: one sweeping round (runtime snapshot of all per-slice counters) vs a
+  sweeping + stitching round with a zero-length run.
 """
 
 from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from pmoss.bench import best_time, write_record
 from pmoss.policies import generate
-from pmoss.runtime import Runtime
+from pmoss.runtime import BATCH_MAX_WAIT_US_DEFAULT, Runtime, library_path
 from pmoss.testbed import Testbed
 from pmoss.topology import discover
 
-KEYS, SLICES, SECONDS, ROUNDS = 1_000_000, 256, 2.0, 3
+KEYS, SLICES, GRANULARITY = 1_000_000, 256, 100
 
 
-def throughput(rt: Runtime, workload: str, seed: int) -> float:
-    return rt.run(workload, SECONDS, seed=seed)["throughput"]
+@dataclass
+class Config:
+    rt: Runtime
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def median(self, key: str) -> float:
+        return float(np.median([r[key] for r in self.runs]))
+
+    def latency_us(self) -> tuple[float, float]:
+        return self.median("latency_p50_ns") / 1e3, self.median("latency_p99_ns") / 1e3
+
+    def batching(self) -> dict[str, float]:
+        done, batches = sum(r["completed"] for r in self.runs), sum(r["batches"] for r in self.runs)
+        return {"reads_per_query": sum(r["probe_reads"] for r in self.runs) / done, "queries_per_batch": done / batches,
+                "full_batch_share": sum(r["full_batches"] for r in self.runs) / batches}  # fmt: skip
 
 
-def main() -> None:
-    off = Runtime(KEYS, n_slices=SLICES, batch_queries=100)
-    on = Runtime(KEYS, n_slices=SLICES, batch_queries=100, probe="auto")
-    for workload in ("ycsb-c", "ycsb-a"):
-        t_off, t_on = [], []
-        for r in range(ROUNDS):  # alternate, so drift in machine load hits both alike
-            t_off.append(throughput(off, workload, r))
-            t_on.append(throughput(on, workload, r))
-        v_on, v_off = float(np.median(t_on)), float(np.median(t_off))
-        write_record(f"collector_overhead_{workload.replace('-', '_')}", f"{workload} throughput with per-slice profiling (probe auto = software here; windows of <= 100 queries run grouped by slice, one read per slice group)",
-                     v_on, "queries/s", "same runtime without probe (same run, alternating)", v_off, loss_pct=100 * (1 - v_on / v_off),
-                     goal_loss_pct=1.0, meets_target=v_on / v_off >= 0.99)  # fmt: skip
+def _load() -> str:
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
+
+
+def overhead(workload: str, waits: list[int], seconds: float, rounds: int, workers: int, read_ns: float) -> None:
+    def runtime(**kw: Any) -> Config:
+        return Config(Runtime(KEYS, n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers, **kw))
+
+    off = runtime()
+    pairs = {w: (runtime(batch_max_wait_us=w), runtime(batch_max_wait_us=w, probe="auto")) for w in waits}
+    order = [off, *[c for pair in pairs.values() for c in pair]]
+    load_before = _load()
+    for r in range(rounds):
+        k = r % len(order)
+        for c in order[k:] + order[:k]:
+            c.runs.append(c.rt.run(workload, seconds, seed=r))
+    t_off, (p50_off, p99_off) = off.median("throughput"), off.latency_us()
+    n_workers = len(off.rt.worker_cpus())
+    for w, (base, on) in pairs.items():
+        v, b = on.median("throughput"), base.median("throughput")
+        (p50, p99), (p50_b, p99_b) = on.latency_us(), base.latency_us()
+        batching = on.batching()
+        # load-robust estimate: read time per query over worker time per query
+        est = 100 * batching["reads_per_query"] * read_ns * 1e-9 * v / n_workers
+        name = f"collector_overhead_{workload.replace('-', '_')}" + ("" if w == BATCH_MAX_WAIT_US_DEFAULT else f"_wait_{w}")
+        write_record(
+            name, f"{workload} throughput with per-slice profiling (probe auto, batches of <= {GRANULARITY} queries per slice, max wait {w} us, {workers or 'all'} worker(s))",
+            v, "queries/s", f"same batching without probe (same run, interleaved, median of {rounds} x {seconds} s)", b,
+            loss_pct=100 * (1 - v / b), goal_loss_pct=1.0, meets_target=v / b >= 0.99, batch_max_wait_us=w, workers=n_workers, **batching, est_probe_loss_pct=est,
+            throughput_off=t_off, ratio_vs_off=v / t_off,
+            latency_p50_us_on=p50, latency_p50_us_off_batched=p50_b, latency_p50_us_off=p50_off,
+            latency_p99_us_on=p99, latency_p99_us_off_batched=p99_b, latency_p99_us_off=p99_off,
+            host_load=f"{load_before} (before), {_load()} (after)",
+        )  # fmt: skip
+
+
+def probe_read() -> float:
+    """Records one probe reading's cost; returns it in ns."""
+    out = subprocess.run([str(library_path().parent / "pmoss_bench_probe")], check=True, capture_output=True, text=True)
+    m = json.loads(out.stdout)
+    write_record("collector_probe_read", f"one probe reading (pm_probe_read, {m['mode']} mode), ns; best of 7 x 100000", m["read_ns"], "ns",
+                 "one getpid system call (same loop, same run)", m["getpid_ns"], syscalls_per_read=m["syscalls_per_read"],
+                 rdpmc_per_read=m["rdpmc_per_read"], host_load=_load())  # fmt: skip
+    return float(m["read_ns"])
+
+
+def sweep_round() -> None:
     bed = Testbed(discover(name="localhost"), KEYS, n_slices=SLICES, probe="auto")
     bed.enforce(generate("sn-spread", bed.machine, SLICES))
     bed.run("ycsb-c", 0.5, seed=1)
     sweep = best_time(bed.rt.snapshot, repeat=20)
-    stitch = best_time(lambda: bed.run("ycsb-c", 0.0, seed=2), repeat=5) - 0.0
+    stitch = best_time(lambda: bed.run("ycsb-c", 0.0, seed=2), repeat=5)
     write_record("collector_sweep_round", "one sweeping round: runtime snapshot of all per-slice counters (256 slices)", sweep, "s",
                  "one sweeping + stitching round incl. a zero-length run and the raw snapshot row", stitch)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=2.0, help="length of one run (default 2)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    ap.add_argument("--workers", type=int, default=1, help="worker threads (default 1; 0 = one per usable CPU)")
+    ap.add_argument("--waits", default="1000,100000", help="extra batch_max_wait_us values for ycsb-c, comma-separated ('' for none)")
+    args = ap.parse_args()
+    if not (library_path().parent / "pmoss_bench_probe").exists():
+        raise SystemExit(f"{library_path().parent}/pmoss_bench_probe missing: cmake -S . -B build && cmake --build build")
+    extra = [int(w) for w in args.waits.split(",") if w.strip() and int(w) != BATCH_MAX_WAIT_US_DEFAULT]
+    read_ns = probe_read()
+    overhead("ycsb-c", [BATCH_MAX_WAIT_US_DEFAULT, *extra], args.seconds, args.rounds, args.workers, read_ns)
+    overhead("ycsb-a", [BATCH_MAX_WAIT_US_DEFAULT], args.seconds, args.rounds, args.workers, read_ns)
+    sweep_round()
 
 
 if __name__ == "__main__":

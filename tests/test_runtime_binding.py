@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +123,29 @@ def test_collector_probe_software() -> None:
         assert all(stats["llc_misses"][i] is None for i in busy)
     with pytest.raises(rtmod.NativeRuntimeError, match="probe must be one of"):
         rtmod.Runtime(n_keys=100, n_slices=2, probe="magic")
+
+
+def test_batches_and_probe_reads() -> None:
+    """Per-slice batches: a run of B batches costs B + 1 probe reads; without a probe, no reads."""
+    try:
+        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="software", batch_queries=50, batch_max_wait_us=20_000)
+    except rtmod.NativeRuntimeError as exc:
+        pytest.skip(f"collector not linked into libpmoss: {exc}")
+    out = rt.run("ycsb-c", 0.2)
+    assert out["completed"] == out["dispatched"] == sum(out["slice_queries"])
+    assert out["batches"] * 50 >= out["completed"] >= out["batches"] > 0
+    assert out["batches"] < out["probe_reads"] <= 2 * out["batches"]
+    assert 0 <= out["full_batches"] <= out["batches"]
+    plain = rtmod.Runtime(n_keys=20_000, n_slices=8).run("ycsb-c", 0.05)
+    assert plain["probe_reads"] == 0 and plain["batches"] > 0
+    # an explicit wait batches without a probe too
+    held = rtmod.Runtime(n_keys=20_000, n_slices=8, batch_max_wait_us=20_000).run("ycsb-c", 0.1)
+    assert held["probe_reads"] == 0 and held["completed"] == held["dispatched"]
+    with pytest.raises(rtmod.NativeRuntimeError, match="batch_max_wait_us"):
+        rtmod.Runtime(n_keys=100, n_slices=2, batch_max_wait_us=-1)
+
+
+def test_batch_wait_default_matches_header() -> None:
+    header = (Path(__file__).resolve().parents[1] / "runtime/include/pmoss/runtime.h").read_text()
+    m = re.search(r"#define PM_BATCH_MAX_WAIT_US_DEFAULT (\d+)", header)
+    assert m and int(m.group(1)) == rtmod.BATCH_MAX_WAIT_US_DEFAULT

@@ -15,6 +15,9 @@
 extern const pm_probe_ops pm_collector_probe_ops;
 #endif
 
+#define PM_STR_(x) #x
+#define PM_STR(x) PM_STR_(x)
+
 static const char usage[] =
     "usage: pmoss-runtime [options]\n"
     "Load keys into an OLC B+-tree cut into slices, enforce a spatial schedule,\n"
@@ -33,7 +36,10 @@ static const char usage[] =
     "  --max-workers W        cap on worker threads (default: one per usable CPU)\n"
     "  --share-cpus auto|yes|no  let routers/sweepers share worker CPUs (default auto)\n"
     "  --queue Q              per-worker queue capacity, power of two (default 1024)\n"
-    "  --batch B              probe granularity in queries (default 100)\n"
+    "  --batch B              probe granularity: queries per slice batch (default 100)\n"
+    "  --batch-max-wait US    run a partial batch once its oldest query waited US\n"
+    "                         microseconds (0: never wait; default " PM_STR(PM_BATCH_MAX_WAIT_US_DEFAULT) " with\n"
+    "                         --probe, 0 without)\n"
     "schedule:\n"
     "  --schedule FILE        schedule JSON (DESIGN 4.2); default os-default\n"
     "  --switch-schedule FILE enforce this schedule during the run ...\n"
@@ -96,7 +102,7 @@ static int load_and_set(pm_runtime *rt, const char *path, const char *when)
 
 enum {
     O_KEYS = 256, O_DATASET, O_SEED, O_SLICES, O_EQW, O_LEAF, O_ROUTERS, O_WORKERS, O_SHARE,
-    O_QUEUE, O_BATCH, O_SCHED, O_SWITCH, O_SWITCH_AT, O_WORKLOAD, O_DIST, O_THETA, O_SMIN,
+    O_QUEUE, O_BATCH, O_BATCH_WAIT, O_SCHED, O_SWITCH, O_SWITCH_AT, O_WORKLOAD, O_DIST, O_THETA, O_SMIN,
     O_SMAX, O_WSEED, O_SECONDS, O_PER_SLICE, O_TOPO, O_PROBE, O_HELP
 };
 
@@ -108,7 +114,8 @@ int main(int argc, char **argv)
         {"equal-width", 0, 0, O_EQW},   {"leaf-capacity", 1, 0, O_LEAF},
         {"routers-per-node", 1, 0, O_ROUTERS}, {"max-workers", 1, 0, O_WORKERS},
         {"share-cpus", 1, 0, O_SHARE},  {"queue", 1, 0, O_QUEUE},
-        {"batch", 1, 0, O_BATCH},       {"schedule", 1, 0, O_SCHED},
+        {"batch", 1, 0, O_BATCH},       {"batch-max-wait", 1, 0, O_BATCH_WAIT},
+        {"schedule", 1, 0, O_SCHED},
         {"switch-schedule", 1, 0, O_SWITCH}, {"switch-at", 1, 0, O_SWITCH_AT},
         {"workload", 1, 0, O_WORKLOAD}, {"distribution", 1, 0, O_DIST},
         {"theta", 1, 0, O_THETA},       {"scan-min", 1, 0, O_SMIN},
@@ -144,6 +151,19 @@ int main(int argc, char **argv)
             break;
         case O_QUEUE: cfg.queue_capacity = (unsigned)strtoul(optarg, NULL, 0); break;
         case O_BATCH: cfg.batch_queries = (unsigned)strtoul(optarg, NULL, 0); break;
+        case O_BATCH_WAIT: {
+            char *end;
+            errno = 0;
+            unsigned long us = strtoul(optarg, &end, 10);
+            /* UINT32_MAX is PM_BATCH_MAX_WAIT_AUTO, not a wait */
+            if (errno || end == optarg || *end || optarg[0] == '-' || us >= UINT32_MAX) {
+                fprintf(stderr, "pmoss-runtime: --batch-max-wait takes microseconds, 0..%u\n",
+                        UINT32_MAX - 1);
+                return 2;
+            }
+            cfg.batch_max_wait_us = (unsigned)us;
+            break;
+        }
         case O_SCHED: sched = optarg; break;
         case O_SWITCH: switch_sched = optarg; break;
         case O_SWITCH_AT: switch_at = strtod(optarg, NULL); break;
@@ -265,6 +285,11 @@ int main(int argc, char **argv)
     printf("workload %s: %llu queries in %.3f s = %.0f queries/s (dispatched %llu, %u slices)\n",
            spec.mix, (unsigned long long)res.completed, res.seconds, res.throughput,
            (unsigned long long)res.dispatched, n);
+    printf("batches %llu (%llu full of %u, %.1f queries each), probe reads %llu (%.4f per query)\n",
+           (unsigned long long)res.batches, (unsigned long long)res.full_batches, cfg.batch_queries,
+           res.batches ? (double)res.completed / (double)res.batches : 0.0,
+           (unsigned long long)res.probe_reads,
+           res.completed ? (double)res.probe_reads / (double)res.completed : 0.0);
     if (switch_sched) {
         pm_runtime_latency(rt, &lat_after);
         print_latency("before switch", &lat_before);

@@ -142,18 +142,60 @@ int pm_queue_pop(pm_queue *q, pm_query *item);
 int pm_queue_push_stamped(pm_queue *q, const pm_query *item);
 int pm_queue_pop_at(pm_queue *q, pm_query *item, uint64_t *t_ns);
 
-/* ---- worker windows: drained queries grouped by slice (runtime.c) ---- */
+/* ---- per-slice pending batches of a worker (pending.c) ---- */
 
-/* Stable grouping of n drained queries by slice, a counting sort over the
- * slices present (O(n), independent of the slice count): order[] receives
- * 0..n-1 grouped by slice, groups in the order of their slice's first query,
- * indexes ascending within a group (FCFS per slice). gslice[g] is group g's
- * slice and gend[g] its end in order[]: group g is order[gend[g-1] (0 for
- * g = 0) .. gend[g]-1]. slot[] has one entry per slice, all -1 on entry and
- * again on return; group[] is scratch. Arrays other than slot hold n
- * entries. Returns the number of groups. */
-unsigned pm_group_by_slice(const pm_query *q, unsigned n, int32_t *slot, uint32_t *group,
-                           uint32_t *order, uint32_t *gslice, uint32_t *gend);
+/* A worker pops queued queries into a pool and chains them per slice (FCFS
+ * within the slice); a slice's chain becomes a due batch when it holds
+ * `batch` queries, or earlier when the worker flushes it (max wait, idle,
+ * stop, pool full). Due batches are run by the worker back to back, one
+ * probe reading between two batches. Single-threaded: only the owning
+ * worker touches it. Queue draining happens only in pm_pending_drain, never
+ * while a batch runs, so drain work stays outside every counter window. */
+#define PM_PENDING_NONE UINT32_MAX
+
+typedef struct pm_batch {
+    uint32_t slice;
+    uint32_t head, tail; /* pool entries: head .. tail through next[] */
+    uint32_t n;          /* 1 .. batch queries */
+} pm_batch;
+
+typedef struct pm_pending_slice {
+    uint32_t head, tail, n;  /* this slice's collecting chain (n 0: none) */
+    uint32_t older, newer;   /* age list neighbours while collecting */
+} pm_pending_slice;
+
+typedef struct pm_pending {
+    unsigned batch;         /* G: a full batch */
+    unsigned cap;           /* pool entries */
+    unsigned n_slices;
+    unsigned due_max;       /* drain stops once this many batches are due */
+    unsigned used;          /* entries holding a query (collecting or due) */
+    uint32_t free, fresh;   /* LIFO free list; first never-used entry */
+    pm_query *q;            /* [cap] */
+    uint64_t *t_ns;         /* [cap] enqueue stamps */
+    uint32_t *next;         /* [cap] chain link (slice chain or free list) */
+    pm_pending_slice *slice; /* [n_slices] */
+    uint32_t oldest, newest; /* collecting slices by age of their first query */
+    pm_batch *due;          /* [due_cap] batches to run, in order */
+    unsigned n_due, due_cap;
+} pm_pending;
+
+/* 0, -EINVAL (a zero size) or -ENOMEM (nothing left allocated). */
+int pm_pending_init(pm_pending *p, unsigned n_slices, unsigned batch, unsigned cap, unsigned due_max);
+void pm_pending_fini(pm_pending *p);
+/* Pop up to max queued queries into the pool, stopping early when the pool
+ * is full or due_max batches are due. *empty is set to 1 if it stopped
+ * because the queue was empty. Returns the number popped. */
+unsigned pm_pending_drain(pm_pending *p, pm_queue *q, unsigned max, int *empty);
+/* After a drain, make partial batches due (full ones already are), oldest
+ * first: all of them when idle (the worker is about to sleep or stop) or
+ * wait_ns is 0; else each whose oldest query was enqueued at least wait_ns
+ * before now_ns; and if then nothing is due but the pool is full, the
+ * oldest one (so a drain can go on). */
+void pm_pending_pick(pm_pending *p, int idle, uint64_t wait_ns, uint64_t now_ns);
+/* Return a due batch's entries to the pool after it ran (the caller then
+ * clears n_due once the whole due list ran). */
+void pm_pending_release(pm_pending *p, const pm_batch *b);
 
 /* Queries the calling runtime worker thread has completed so far (since its
  * run started); 0 on any other thread. For probes that want an exact

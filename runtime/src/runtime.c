@@ -4,10 +4,12 @@
  *
  * Thread roles. Routers generate queries (one pm_workload stream each), find
  * the slice by binary search over the boundaries and push each query into
- * one worker's bounded queue, waiting while it is full. Workers drain up to
- * batch_queries queued queries at a time (never waiting for more), group
- * them by slice (FCFS within each slice) and run each slice's group between
- * two probe readings, counting per slice. Core sweepers (one per node) sum their
+ * one worker's bounded queue, waiting while it is full. Workers pop queued
+ * queries into per-slice pending batches (pending.c, FCFS within a slice)
+ * and run a slice's batch once it holds batch_queries queries, or earlier
+ * when its oldest query waited batch_max_wait_us, the queue ran dry or the
+ * run stops. Due batches run back to back, one probe reading between two,
+ * counting per slice. Core sweepers (one per node) sum their
  * node's worker tables; the off-core sweeper drives the sweep rounds, reads
  * the uncore PMUs (memory controllers, socket links) through the uncore hook
  * and publishes both as one snapshot. On hosts too small to reserve CPUs, routers and sweepers run
@@ -46,25 +48,26 @@ static const char *const own_stat_names[N_OWN_STATS] = {"queries", "nodes_visite
 #define PM_UNCORE_MAX_VALUES 16
 #define ROUTE_BATCH 64       /* queries routed per epoch section */
 #define SWEEP_PERIOD_NS 5000000L
+/* Pending pool cap per worker (entries of ~40 bytes): n_slices *
+ * batch_queries never collides with it at the defaults (256 x 100); above
+ * it, a full pool runs its oldest slice's partial batch. */
+#define PENDING_MAX 65536u
+/* Drain stops once this many batches are due, so one run of batches
+ * (one reading per batch + 1) stays short enough to keep expiry timely. */
+#define DUE_MAX 32u
+/* idle_wait phases, in consecutive empty polls: spin, then yield the CPU,
+ * then sleep. A worker flushes its pending batches before it would sleep:
+ * never sleeping on pending queries bounds the latency added at low load by
+ * the spin + yield phase, while a queue that is only momentarily empty
+ * under load (a router preempted on a shared CPU, which a yield lets run)
+ * does not cut every slice's batch short. */
+#define IDLE_SPINS 64u
+#define IDLE_YIELDS 2048u
 
 typedef struct routing {
     pm_schedule_kind kind;
     uint32_t *target; /* one-core kinds: worker index; sn-numa: node */
 } routing;
-
-/* A worker's drain window: up to cap queries popped at once, then run
- * grouped by slice (worker_main). All arrays are owned by the worker and
- * allocated per run (prepare_run). */
-typedef struct window {
-    unsigned cap;      /* min(batch_queries, queue_capacity) */
-    pm_query *q;       /* drained queries, in queue (FCFS) order [cap] */
-    uint64_t *t_ns;    /* their enqueue stamps [cap] */
-    uint32_t *order;   /* execution order: indexes into q, grouped [cap] */
-    uint32_t *group;   /* scratch for pm_group_by_slice [cap] */
-    uint32_t *gslice;  /* slice of each group [cap] */
-    uint32_t *gend;    /* end of each group in order [cap] */
-    int32_t *slot;     /* per slice: group in this window, -1 none [n_slices] */
-} window;
 
 typedef struct worker {
     int cpu, node;
@@ -72,9 +75,12 @@ typedef struct worker {
     pm_queue q;
     _Atomic uint64_t *stats;     /* [slice][stat], written only by this worker */
     _Atomic uint64_t completed;  /* written only by this worker */
+    /* this run's batches, full batches and probe reads: plain, written only
+     * by this worker and read after it is joined */
+    uint64_t batches, full_batches, probe_reads;
     pm_lat_hist *lat;            /* query latencies, written only by this worker */
     uint64_t *scan_buf;
-    window win;
+    pm_pending pend;             /* per-slice batches, allocated per run */
     pthread_t th;
     int probe_rc;
     void *probe_state_ptr;
@@ -392,6 +398,7 @@ void pm_runtime_config_init(pm_runtime_config *cfg)
     cfg->boundaries = PM_BOUNDARIES_EQUAL_COUNT;
     cfg->leaf_capacity = PM_LEAF_CAPACITY_MAX;
     cfg->batch_queries = 100;
+    cfg->batch_max_wait_us = PM_BATCH_MAX_WAIT_AUTO;
     cfg->queue_capacity = 1024;
     cfg->routers_per_node = 1;
     cfg->share_cpus = -1;
@@ -740,9 +747,9 @@ static void nap(long ns)
 static void idle_wait(unsigned *spins)
 {
     ++*spins;
-    if (*spins < 64)
+    if (*spins < IDLE_SPINS)
         return;
-    if (*spins < 2048)
+    if (*spins < IDLE_YIELDS)
         sched_yield();
     else
         nap(20000);
@@ -840,37 +847,6 @@ static void add_slice_stats(worker *w, uint32_t slice, uint64_t n, uint64_t node
     }
 }
 
-unsigned pm_group_by_slice(const pm_query *q, unsigned n, int32_t *slot, uint32_t *group,
-                           uint32_t *order, uint32_t *gslice, uint32_t *gend)
-{
-    /* count per slice present, groups numbered by first appearance */
-    unsigned ng = 0;
-    for (unsigned i = 0; i < n; i++) {
-        int32_t g = slot[q[i].slice];
-        if (g < 0) {
-            g = (int32_t)ng++;
-            slot[q[i].slice] = g;
-            gslice[g] = q[i].slice;
-            gend[g] = 0;
-        }
-        gend[g]++;
-        group[i] = (uint32_t)g;
-    }
-    /* exclusive prefix sums: gend[g] = start of group g */
-    uint32_t at = 0;
-    for (unsigned g = 0; g < ng; g++) {
-        uint32_t c = gend[g];
-        gend[g] = at;
-        at += c;
-    }
-    /* stable placement; afterwards gend[g] = end of group g */
-    for (unsigned i = 0; i < n; i++)
-        order[gend[group[i]]++] = i;
-    for (unsigned g = 0; g < ng; g++)
-        slot[gslice[g]] = -1;
-    return ng;
-}
-
 static void execute(worker *w, const pm_query *q, pm_op_stats *st)
 {
     pm_runtime *rt = w->rt;
@@ -892,41 +868,31 @@ static void execute(worker *w, const pm_query *q, pm_op_stats *st)
     }
 }
 
-/* Pop up to win.cap queued queries, never waiting for more. */
-static unsigned drain(worker *w)
-{
-    window *win = &w->win;
-    unsigned n = 0;
-    while (n < win->cap && pm_queue_pop_at(&w->q, &win->q[n], &win->t_ns[n]) == 0)
-        n++;
-    return n;
-}
-
-/* Run a drained window slice group by slice group. The probe is read once
- * before the first group and once after each group, so each reading closes
- * one group's counter window and opens the next one's: a window holds
- * exactly one slice's queries (never a mix) and a window of G groups costs
- * G + 1 reads instead of one or two per slice change in queue order. */
-static void run_window(worker *w, unsigned n, uint64_t *before, uint64_t *after, uint64_t *done)
+/* Run the due batches back to back. The probe is read once before the
+ * first and once after each batch, so each reading closes one batch's
+ * counter window and opens the next one's: a window holds exactly one
+ * slice's queries, at most batch_queries of them, and a run of B batches
+ * costs B + 1 reads. Nothing is popped from the queue in between. */
+static void run_due(worker *w, uint64_t *before, uint64_t *after, uint64_t *done)
 {
     pm_runtime *rt = w->rt;
-    window *win = &w->win;
-    unsigned ng = pm_group_by_slice(win->q, n, win->slot, win->group, win->order, win->gslice,
-                                    win->gend);
+    pm_pending *p = &w->pend;
     if (rt->has_probe)
         rt->probe.read(w->probe_state_ptr, before);
-    unsigned k = 0;
-    for (unsigned g = 0; g < ng; g++) {
-        uint64_t nodes = 0, keys = 0, first = k;
-        for (; k < win->gend[g]; k++) {
-            unsigned i = win->order[k];
+    w->batches += p->n_due;
+    w->probe_reads += rt->has_probe ? p->n_due + 1 : 0;
+    for (unsigned d = 0; d < p->n_due; d++) {
+        const pm_batch *b = &p->due[d];
+        uint64_t nodes = 0, keys = 0;
+        uint32_t e = b->head;
+        for (uint32_t k = 0; k < b->n; k++, e = p->next[e]) {
             pm_op_stats st = {0, 0};
-            execute(w, &win->q[i], &st);
-            /* per query, from its own enqueue stamp (time spent in the
-             * window counts). CLOCK_MONOTONIC is one clock for all CPUs;
-             * the guard only keeps a misbehaving clock from recording ~2^64 */
+            execute(w, &p->q[e], &st);
+            /* per query, from its own enqueue stamp (time spent pending
+             * counts). CLOCK_MONOTONIC is one clock for all CPUs; the guard
+             * only keeps a misbehaving clock from recording ~2^64 */
             uint64_t t_done = pm_now_ns();
-            pm_lat_record(w->lat, t_done > win->t_ns[i] ? t_done - win->t_ns[i] : 0);
+            pm_lat_record(w->lat, t_done > p->t_ns[e] ? t_done - p->t_ns[e] : 0);
             nodes += st.nodes_visited;
             keys += st.keys_scanned;
             /* relaxed: a progress counter, read after join for the totals */
@@ -934,11 +900,14 @@ static void run_window(worker *w, unsigned n, uint64_t *before, uint64_t *after,
         }
         if (rt->has_probe)
             rt->probe.read(w->probe_state_ptr, after);
-        add_slice_stats(w, win->gslice[g], k - first, nodes, keys, before, after);
+        add_slice_stats(w, b->slice, b->n, nodes, keys, before, after);
+        w->full_batches += b->n == p->batch;
+        pm_pending_release(p, b);
         uint64_t *t = before;
         before = after;
         after = t;
     }
+    p->n_due = 0;
 }
 
 static _Thread_local const _Atomic uint64_t *self_completed;
@@ -960,20 +929,32 @@ static void *worker_main(void *arg)
     if (w->probe_rc)
         return NULL;
     uint64_t done = atomic_load_explicit(&w->completed, memory_order_relaxed);
+    /* AUTO: without a probe there is no read to amortise, so no wait */
+    unsigned wait_us = rt->cfg.batch_max_wait_us != PM_BATCH_MAX_WAIT_AUTO ? rt->cfg.batch_max_wait_us
+                       : rt->has_probe                                    ? PM_BATCH_MAX_WAIT_US_DEFAULT
+                                                                          : 0;
+    uint64_t wait_ns = (uint64_t)wait_us * 1000u;
     unsigned spins = 0;
     for (;;) {
         /* acquire: routers were joined before workers_stop was set, so once
          * it reads set, a queue found empty afterwards stays empty */
         int stopping = atomic_load_explicit(&rt->workers_stop, memory_order_acquire);
-        unsigned n = drain(w);
-        if (n) {
+        int empty;
+        if (pm_pending_drain(&w->pend, &w->q, rt->cfg.queue_capacity, &empty))
             spins = 0;
-            /* every group's stats are stored when the window ends: idle
-             * time finds nothing left to flush for the sweepers */
-            run_window(w, n, probe_buf, probe_buf + PM_PROBE_MAX_VALUES, &done);
+        /* stopping, or about to sleep: everything pending runs now */
+        if (w->pend.oldest != PM_PENDING_NONE)
+            pm_pending_pick(&w->pend, empty && (stopping || spins >= IDLE_YIELDS), wait_ns,
+                            pm_now_ns());
+        if (w->pend.n_due) {
+            /* every batch's stats are stored when it ends: idle time finds
+             * nothing left to flush for the sweepers */
+            run_due(w, probe_buf, probe_buf + PM_PROBE_MAX_VALUES, &done);
             continue;
         }
-        if (stopping)
+        if (!empty)
+            continue; /* drained a queue's worth, nothing due yet: go on */
+        if (stopping && w->pend.used == 0)
             break;
         idle_wait(&spins);
     }
@@ -1186,14 +1167,9 @@ static void free_run(pm_runtime *rt)
         rt->routers[i].w = NULL;
     }
     for (unsigned i = 0; i < rt->n_workers; i++) {
-        window *win = &rt->workers[i].win;
         free(rt->workers[i].scan_buf);
         rt->workers[i].scan_buf = NULL;
-        free(win->q);
-        free(win->t_ns);
-        free(win->order);
-        free(win->slot);
-        memset(win, 0, sizeof *win);
+        pm_pending_fini(&rt->workers[i].pend);
     }
 }
 
@@ -1219,22 +1195,14 @@ static int prepare_run(pm_runtime *rt, const pm_workload_spec *spec, char *err, 
         rt->workers[i].scan_buf = malloc(rt->scan_max * sizeof(uint64_t));
         if (!rt->workers[i].scan_buf)
             return -ENOMEM;
-        /* a window never holds more than one queue's worth */
-        window *win = &rt->workers[i].win;
-        win->cap = rt->cfg.batch_queries < rt->cfg.queue_capacity ? rt->cfg.batch_queries
-                                                                   : rt->cfg.queue_capacity;
-        win->q = malloc(win->cap * sizeof *win->q);
-        win->t_ns = malloc(win->cap * sizeof *win->t_ns);
-        win->order = malloc(4 * (size_t)win->cap * sizeof *win->order);
-        win->slot = malloc(rt->n_slices * sizeof *win->slot);
-        if (!win->q || !win->t_ns || !win->order || !win->slot)
-            return -ENOMEM;
-        win->group = win->order + win->cap;
-        win->gslice = win->group + win->cap;
-        win->gend = win->gslice + win->cap;
-        for (unsigned s = 0; s < rt->n_slices; s++)
-            win->slot[s] = -1;
+        /* room for a full batch of every slice, within PENDING_MAX */
+        uint64_t cap = (uint64_t)rt->n_slices * rt->cfg.batch_queries;
+        int rc = pm_pending_init(&rt->workers[i].pend, rt->n_slices, rt->cfg.batch_queries,
+                                 cap < PENDING_MAX ? (unsigned)cap : PENDING_MAX, DUE_MAX);
+        if (rc)
+            return rc;
         atomic_store(&rt->workers[i].completed, 0);
+        rt->workers[i].batches = rt->workers[i].full_batches = rt->workers[i].probe_reads = 0;
     }
     return 0;
 }
@@ -1339,12 +1307,18 @@ int pm_runtime_stop(pm_runtime *rt, pm_run_result *result, uint64_t *slice_queri
     }
     rt->t_stop = pm_now();
     join_workers(rt, rt->n_workers);
-    for (unsigned i = 0; i < rt->n_workers; i++)
-        completed += atomic_load_explicit(&rt->workers[i].completed, memory_order_relaxed);
+    uint64_t batches = 0, full = 0, reads = 0;
+    for (unsigned i = 0; i < rt->n_workers; i++) {
+        const worker *w = &rt->workers[i];
+        completed += atomic_load_explicit(&w->completed, memory_order_relaxed);
+        batches += w->batches;
+        full += w->full_batches;
+        reads += w->probe_reads;
+    }
     atomic_store(&rt->sweep_stop, 1);
     for (int n = 0; n <= rt->topo.n_nodes; n++)
         pthread_join(rt->sweepers[n].th, NULL);
-    /* Final sweep: every worker stored its last window's stats before exiting. */
+    /* Final sweep: every worker stored its last batch's stats before exiting. */
     for (int n = 0; n < rt->topo.n_nodes; n++)
         sweep_node(rt, &rt->sweepers[n]);
     merge_partials(rt);
@@ -1365,6 +1339,9 @@ int pm_runtime_stop(pm_runtime *rt, pm_run_result *result, uint64_t *slice_queri
         result->completed = completed;
         result->seconds = rt->t_stop - rt->t_start;
         result->throughput = result->seconds > 0 ? (double)completed / result->seconds : 0;
+        result->batches = batches;
+        result->full_batches = full;
+        result->probe_reads = reads;
     }
     free_run(rt);
     rt->running = false;

@@ -292,84 +292,213 @@ static void test_probe(void)
 }
 
 
-/* Grouping a drained window: a stable permutation, groups by first
- * appearance, FCFS inside each slice, slot table left clean. */
-static void test_group_by_slice(void)
+/* Per-slice pending batches (pending.c), driven through a real queue. */
+static void push_keys(pm_queue *q, const uint32_t *slices, unsigned n, uint64_t first_key)
 {
-    enum { N = 300, SLICES = 40 };
-    static pm_query q[N];
-    static int32_t slot[SLICES];
-    static uint32_t group[N], order[N], gslice[N], gend[N];
-    for (unsigned s = 0; s < SLICES; s++)
-        slot[s] = -1;
-    pm_rng rng;
-    pm_rng_seed(&rng, 11);
-    unsigned sizes[] = {0, 1, 2, 7, 100, N};
-    for (unsigned t = 0; t < sizeof sizes / sizeof *sizes; t++) {
-        unsigned n = sizes[t];
-        for (unsigned i = 0; i < n; i++) {
-            /* skewed: a few hot slices, like Zipf */
-            unsigned s = (unsigned)pm_rng_below(&rng, SLICES);
-            q[i].slice = pm_rng_below(&rng, 2) ? s % 3 : s;
-            q[i].key = i; /* remembers the queue position */
-        }
-        unsigned ng = pm_group_by_slice(q, n, slot, group, order, gslice, gend);
-        for (unsigned s = 0; s < SLICES; s++)
-            CHECK_EQ(slot[s], -1);
-        CHECK(n == 0 ? ng == 0 : ng >= 1 && ng <= n);
-        unsigned seen[N] = {0}, present[SLICES] = {0};
-        for (unsigned i = 0; i < n; i++)
-            present[q[i].slice] = 1;
-        unsigned k = 0, n_present = 0, prev_first = 0;
-        for (unsigned s = 0; s < SLICES; s++)
-            n_present += present[s];
-        CHECK_EQ(ng, n_present); /* one group per slice present */
-        for (unsigned g = 0; g < ng; g++) {
-            CHECK(gend[g] > k); /* groups are not empty */
-            /* groups come in the order of their slice's first query */
-            if (g > 0)
-                CHECK(prev_first < order[k]);
-            prev_first = order[k];
-            for (unsigned first = k; k < gend[g]; k++) {
-                unsigned i = order[k];
-                CHECK(i < n);
-                CHECK_EQ(q[i].slice, gslice[g]);
-                if (k > first)
-                    CHECK(order[k - 1] < i); /* FCFS within the slice */
-                seen[i]++;
-            }
-        }
-        CHECK_EQ(k, n);
-        for (unsigned i = 0; i < n; i++)
-            CHECK_EQ(seen[i], 1); /* a permutation: nothing lost or doubled */
+    for (unsigned i = 0; i < n; i++) {
+        pm_query x = {.key = first_key + i, .slice = slices[i]};
+        CHECK_EQ(pm_queue_push_stamped(q, &x), 0);
     }
+}
+
+/* Keys of a batch's chain, in chain order. */
+static unsigned batch_keys(const pm_pending *p, const pm_batch *b, uint64_t *keys)
+{
+    uint32_t e = b->head;
+    for (uint32_t k = 0; k < b->n; k++, e = p->next[e]) {
+        CHECK_EQ(p->q[e].slice, b->slice);
+        keys[k] = p->q[e].key;
+        if (k + 1 == b->n)
+            CHECK_EQ(e, b->tail);
+    }
+    return b->n;
+}
+
+static void release_due(pm_pending *p)
+{
+    for (unsigned d = 0; d < p->n_due; d++)
+        pm_pending_release(p, &p->due[d]);
+    p->n_due = 0;
+}
+
+/* The policy, step by step: full batches, max wait, idle, pool full, due_max. */
+static void test_pending_policy(void)
+{
+    pm_queue q;
+    CHECK_EQ(pm_queue_init(&q, 64), 0);
+    pm_pending p;
+    CHECK_EQ(pm_pending_init(&p, 4, 3, 0, 2), -EINVAL);
+    CHECK_EQ(pm_pending_init(&p, 4, 3, 6, 2), 0);
+    int empty;
+    uint64_t keys[8];
+
+    /* slice 0 fills (3 queries) first: due at once, FCFS; the rest collect */
+    static const uint32_t s1[] = {0, 1, 0, 0, 2};
+    push_keys(&q, s1, 5, 0);
+    CHECK_EQ(pm_pending_drain(&p, &q, 100, &empty), 5);
+    CHECK_EQ(empty, 1);
+    CHECK_EQ(p.n_due, 1);
+    CHECK_EQ(p.due[0].slice, 0);
+    CHECK_EQ(batch_keys(&p, &p.due[0], keys), 3);
+    CHECK(keys[0] == 0 && keys[1] == 2 && keys[2] == 3);
+    CHECK_EQ(p.used, 5);
+    release_due(&p);
+    CHECK_EQ(p.used, 2);
+
+    /* max wait: slice 1's query (key 1) is older than slice 2's (key 4) */
+    uint64_t t1 = p.t_ns[p.slice[1].head], t2 = p.t_ns[p.slice[2].head];
+    CHECK(t1 <= t2);
+    pm_pending_pick(&p, 0, 1000000000ull, t1 + 1000000000ull - 1); /* 1 ns short */
+    CHECK_EQ(p.n_due, 0);
+    pm_pending_pick(&p, 0, 1000000000ull, t1 + 1000000000ull);
+    CHECK(p.n_due >= 1);
+    CHECK_EQ(p.due[0].slice, 1);
+    CHECK_EQ(p.n_due, t2 == t1 ? 2 : 1);
+    release_due(&p);
+    /* idle: whatever is pending runs */
+    pm_pending_pick(&p, 1, 1000000000ull, 0);
+    CHECK_EQ(p.n_due, t2 == t1 ? 0 : 1);
+    release_due(&p);
+    CHECK_EQ(p.used, 0);
+    CHECK_EQ(p.oldest, PM_PENDING_NONE);
+
+    /* pool full (6 entries, no slice full): drain stops with the queue not
+     * empty, and the oldest slice is made due */
+    static const uint32_t s2[] = {3, 1, 2, 1, 2, 3, 0};
+    push_keys(&q, s2, 7, 100);
+    CHECK_EQ(pm_pending_drain(&p, &q, 100, &empty), 6);
+    CHECK_EQ(empty, 0);
+    CHECK_EQ(p.n_due, 0);
+    pm_pending_pick(&p, 0, UINT64_MAX, pm_now_ns());
+    CHECK_EQ(p.n_due, 1);
+    CHECK_EQ(p.due[0].slice, 3);
+    CHECK_EQ(batch_keys(&p, &p.due[0], keys), 2);
+    CHECK(keys[0] == 100 && keys[1] == 105);
+    release_due(&p);
+    CHECK_EQ(pm_pending_drain(&p, &q, 100, &empty), 1); /* key 106 */
+    CHECK_EQ(empty, 1);
+    /* wait 0: every partial batch is due after each drain */
+    pm_pending_pick(&p, 0, 0, 0);
+    CHECK_EQ(p.n_due, 3);
+    CHECK(p.due[0].slice == 1 && p.due[1].slice == 2 && p.due[2].slice == 0);
+    release_due(&p);
+    CHECK_EQ(p.used, 0);
+    pm_pending_fini(&p);
+
+    /* due_max: with batch 1 every query is a full batch; drain stops at 2 */
+    CHECK_EQ(pm_pending_init(&p, 4, 1, 8, 2), 0);
+    static const uint32_t s3[] = {0, 0, 1};
+    push_keys(&q, s3, 3, 200);
+    CHECK_EQ(pm_pending_drain(&p, &q, 100, &empty), 2);
+    CHECK_EQ(empty, 0);
+    CHECK_EQ(p.n_due, 2);
+    release_due(&p);
+    CHECK_EQ(pm_pending_drain(&p, &q, 100, &empty), 1);
+    CHECK_EQ(p.n_due, 1);
+    release_due(&p);
+    pm_pending_fini(&p);
+    pm_queue_fini(&q);
+}
+
+/* Random traffic and random policy choices: every query runs exactly once,
+ * in a batch of its own slice of at most `batch` queries, FCFS per slice,
+ * and the pool never holds more than its capacity. */
+static void test_pending_random(void)
+{
+    enum { SLICES = 9, BATCH = 5, CAP = 17, N = 20000 };
+    pm_queue q;
+    CHECK_EQ(pm_queue_init(&q, 64), 0);
+    pm_pending p;
+    CHECK_EQ(pm_pending_init(&p, SLICES, BATCH, CAP, 3), 0);
+    static unsigned char seen[N];
+    uint64_t last[SLICES];
+    memset(seen, 0, sizeof seen);
+    for (unsigned s = 0; s < SLICES; s++)
+        last[s] = UINT64_MAX;
+    pm_rng rng;
+    pm_rng_seed(&rng, 5);
+    uint64_t next_key = 0, ran = 0;
+    while (ran < N) {
+        for (unsigned k = (unsigned)pm_rng_below(&rng, 40); k > 0 && next_key < N; k--) {
+            /* skewed over slices, like Zipf */
+            pm_query x = {.key = next_key, .slice = (uint32_t)(pm_rng_below(&rng, 2) ? 0 : pm_rng_below(&rng, SLICES))};
+            if (pm_queue_push_stamped(&q, &x) != 0)
+                break;
+            next_key++;
+        }
+        int empty;
+        pm_pending_drain(&p, &q, 1 + (unsigned)pm_rng_below(&rng, 30), &empty);
+        CHECK(p.used <= CAP);
+        uint64_t waits[] = {0, 1, 20000, UINT64_MAX};
+        pm_pending_pick(&p, next_key == N && empty, waits[pm_rng_below(&rng, 4)], pm_now_ns());
+        for (unsigned d = 0; d < p.n_due; d++) {
+            uint64_t keys[BATCH];
+            unsigned n = batch_keys(&p, &p.due[d], keys);
+            CHECK(n >= 1 && n <= BATCH);
+            for (unsigned i = 0; i < n; i++) {
+                CHECK(keys[i] < N);
+                CHECK_EQ(seen[keys[i]], 0);
+                seen[keys[i]] = 1;
+                /* FCFS within the slice, across batches too */
+                CHECK(last[p.due[d].slice] == UINT64_MAX || keys[i] > last[p.due[d].slice]);
+                last[p.due[d].slice] = keys[i];
+            }
+            ran += n;
+        }
+        release_due(&p);
+    }
+    CHECK_EQ(ran, N);
+    CHECK_EQ(p.used, 0);
+    pm_pending_fini(&p);
+    pm_queue_fini(&q);
 }
 
 /* Exact attribution: a probe whose first counter is the worker's count of
  * completed queries (so it grows by exactly 1 per query executed) must show,
  * per slice, a delta equal to that slice's query count. Any counter window
  * that mixed two slices' queries, or missed a query, breaks the equality.
- * The second counter counts readings: per slice, one delta per group. */
+ * The second counter counts readings: per slice, one delta per batch. The
+ * probe also records every window's size itself (the completed-count delta
+ * between consecutive readings of one worker): at most batch_queries, and
+ * the windows add up to every query run (none runs outside a window). */
 static const char *const exact_names[] = {"executed", "readings"};
+static _Atomic uint64_t win_max, win_full, win_total, win_reads, win_batch;
+
+typedef struct exact_state {
+    uint64_t reads, last;
+} exact_state;
 
 static int exact_open(void *ctx, int cpu, void **state)
 {
     (void)ctx, (void)cpu;
-    *state = calloc(1, sizeof(uint64_t));
+    *state = calloc(1, sizeof(exact_state));
     return *state ? 0 : -ENOMEM;
 }
 
 static void exact_read(void *state, uint64_t *values)
 {
-    values[0] = pm_worker_self_completed();
-    values[1] = ++*(uint64_t *)state;
+    exact_state *s = state;
+    uint64_t now = pm_worker_self_completed(), size = now - s->last;
+    values[0] = now;
+    values[1] = ++s->reads;
+    s->last = now;
+    atomic_fetch_add(&win_total, size);
+    atomic_fetch_add(&win_reads, 1);
+    atomic_fetch_add(&win_full, size == atomic_load(&win_batch));
+    uint64_t m = atomic_load(&win_max);
+    while (size > m && !atomic_compare_exchange_weak(&win_max, &m, size))
+        ;
 }
 
 static void test_probe_exact(void)
 {
     pm_probe_ops ops = {exact_open, exact_read, free, 2, exact_names};
-    /* batch sizes: one query per window, odd, default, above queue capacity */
-    unsigned batches[] = {1, 7, 100, 4096};
+    /* batch sizes: one query per window, odd, default, above the queue
+     * capacity; max waits: default (AUTO: 10 ms with a probe), short, none,
+     * longer than the run (so only idle, a full pool and the stop end
+     * partial batches) */
+    unsigned batches[] = {1, 7, 100, 100, 4096, 100};
+    unsigned waits[] = {PM_BATCH_MAX_WAIT_AUTO, 500, PM_BATCH_MAX_WAIT_AUTO, 0, 10000000, 10000000};
     static const char *mixes[] = {"ycsb-c", "ycsb-a", "rsi-20-30-50", "ycsb-e"};
     enum { NS = 5 };
     for (unsigned b = 0; b < sizeof batches / sizeof *batches; b++) {
@@ -380,47 +509,67 @@ static void test_probe_exact(void)
         cfg.n_slices = N_SLICES;
         cfg.probe = &ops;
         cfg.batch_queries = batches[b];
+        cfg.batch_max_wait_us = waits[b];
         cfg.queue_capacity = 256;
         pm_runtime *rt;
         char err[256] = "";
         CHECK_EQ(pm_runtime_create(&cfg, &rt, err, sizeof err), 0);
         CHECK_EQ(pm_runtime_n_stats(rt), NS);
-        uint64_t prev[N_SLICES * NS] = {0}, snap[N_SLICES * NS];
+        atomic_store(&win_batch, batches[b]);
+        uint64_t prev[N_SLICES * NS] = {0}, snap[N_SLICES * NS], full = 0;
         for (unsigned m = 0; m < 4; m++) {
             pm_workload_spec spec = {.mix = mixes[m], .seed = m + 1};
             pm_run_result res;
             uint64_t per_slice[N_SLICES];
+            atomic_store(&win_max, 0);
+            atomic_store(&win_full, 0);
+            atomic_store(&win_total, 0);
+            atomic_store(&win_reads, 0);
             CHECK_EQ(pm_runtime_start(rt, &spec, err, sizeof err), 0);
-            /* a live switch mid-run: queued queries finish where they are */
+            /* a live switch mid-run: queued and pending queries finish
+             * where they are */
             sleep_ms(40);
             pm_schedule *s = m % 2 ? one_core_schedule(rt, PM_KIND_SN_GROUPED, m)
                                    : shared_schedule(PM_KIND_SE_NUMA);
             CHECK_EQ(pm_runtime_set_schedule(rt, s, NULL, err, sizeof err), 0);
             pm_schedule_destroy(s);
             sleep_ms(40);
+            /* stop with batches pending: all of them run, none twice */
             CHECK_EQ(pm_runtime_stop(rt, &res, per_slice), 0);
             CHECK_EQ(res.completed, res.dispatched);
             CHECK_EQ(res.latency.count, res.completed); /* one stamp per query */
             CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * NS), 0);
-            uint64_t q = 0, groups = 0;
+            uint64_t q = 0, reads = 0;
             for (unsigned i = 0; i < N_SLICES; i++) {
                 uint64_t dq = snap[i * NS] - prev[i * NS];
                 uint64_t dexec = snap[i * NS + 3] - prev[i * NS + 3];
                 uint64_t dread = snap[i * NS + 4] - prev[i * NS + 4];
                 CHECK_EQ(dq, per_slice[i]);
                 CHECK_EQ(dexec, dq); /* the attribution check */
-                CHECK(dread <= dq);  /* a group holds >= 1 query */
+                CHECK(dread <= dq);  /* a batch holds >= 1 query */
+                CHECK(dread * batches[b] >= dq); /* ... and <= batch_queries */
                 q += dq;
-                groups += dread;
+                reads += dread;
             }
             CHECK_EQ(q, res.completed);
-            /* a group holds at most min(batch, queue capacity) queries */
-            unsigned cap = batches[b] < 256 ? batches[b] : 256;
-            CHECK(groups * cap >= q);
+            /* windows seen by the probe itself */
+            CHECK(atomic_load(&win_max) <= batches[b]);
+            CHECK_EQ(atomic_load(&win_total), res.completed);
+            CHECK_EQ(atomic_load(&win_reads), res.probe_reads);
+            CHECK_EQ(reads, res.batches);   /* one window per batch */
+            CHECK_EQ(atomic_load(&win_full), res.full_batches);
+            /* a run of B batches costs B + 1 reads */
+            CHECK(res.probe_reads > res.batches && res.probe_reads <= 2 * res.batches);
             if (batches[b] == 1)
-                CHECK_EQ(groups, q);
+                CHECK_EQ(res.batches, q);
+            full += res.full_batches;
             memcpy(prev, snap, sizeof snap);
         }
+        /* under load, slices fill whole batches (at 64 slices, ~10 ms for
+         * 100 queries of one slice on one worker here); not with 4096 (a
+         * worker's pool of 65536 fills first), nor without a wait */
+        if (batches[b] <= 100 && waits[b] >= PM_BATCH_MAX_WAIT_US_DEFAULT)
+            CHECK(full > 0);
         pm_runtime_destroy(rt);
     }
 }
@@ -431,7 +580,8 @@ int main(void)
     test_runs();
     test_live_switch();
     test_probe();
-    test_group_by_slice();
+    test_pending_policy();
+    test_pending_random();
     test_probe_exact();
     printf("test_runtime: ok\n");
     return 0;

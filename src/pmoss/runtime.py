@@ -54,7 +54,7 @@ typedef enum pm_boundaries { PM_BOUNDARIES_EQUAL_COUNT = 0, PM_BOUNDARIES_EQUAL_
 typedef struct pm_runtime_config {
     uint64_t n_keys; const char *dataset; uint64_t seed; unsigned n_slices;
     pm_boundaries boundaries; unsigned leaf_capacity; unsigned batch_queries;
-    unsigned queue_capacity; unsigned routers_per_node; unsigned max_workers;
+    unsigned batch_max_wait_us; unsigned queue_capacity; unsigned routers_per_node; unsigned max_workers;
     int share_cpus; const pm_probe_ops *probe; void *probe_ctx;
     const pm_uncore_ops *uncore; void *uncore_ctx;
 } pm_runtime_config;
@@ -75,7 +75,7 @@ typedef struct pm_latency_summary {
 } pm_latency_summary;
 typedef struct pm_run_result {
     uint64_t dispatched; uint64_t completed; double seconds; double throughput;
-    pm_latency_summary latency;
+    pm_latency_summary latency; uint64_t batches; uint64_t full_batches; uint64_t probe_reads;
 } pm_run_result;
 int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out);
 int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
@@ -129,6 +129,9 @@ def load_library() -> Any:
             raise NativeRuntimeError(f"{path} not found: build it with `cmake -S . -B build && cmake --build build`, or set PMOSS_LIB")
         _lib = _ffi.dlopen(str(path))
     return _lib
+
+
+BATCH_MAX_WAIT_US_DEFAULT = 10_000  # = PM_BATCH_MAX_WAIT_US_DEFAULT (runtime.h): the wait with a probe when none is given
 
 
 def _message(err: Any) -> str:
@@ -194,11 +197,16 @@ class Runtime:
 
     def __init__(self, n_keys: int, dataset: str = "dense", seed: int = 1, n_slices: int = 256, *,
                  equal_width: bool = False, leaf_capacity: int = 255, batch_queries: int = 100,
-                 queue_capacity: int = 1024, routers_per_node: int = 1, max_workers: int = 0,
-                 share_cpus: bool | None = None, probe: str | None = None, offcore: str | None = None) -> None:
+                 batch_max_wait_us: int | None = None, queue_capacity: int = 1024, routers_per_node: int = 1,
+                 max_workers: int = 0, share_cpus: bool | None = None, probe: str | None = None,
+                 offcore: str | None = None) -> None:
         """probe: None (own counts only) or a collector counter mode: auto | software | hardware.
         offcore: None (no off-core readings) or the sysfs root whose uncore PMUs (memory
-        controllers, socket links) the off-core sweeper opens at every run start: "/sys" here."""
+        controllers, socket links) the off-core sweeper opens at every run start: "/sys" here.
+
+        batch_queries: queries per slice batch (one probe window each); batch_max_wait_us: run a
+        partial batch once its oldest query waited this long (0: never wait; None: the runtime's
+        default, PM_BATCH_MAX_WAIT_US_DEFAULT with a probe and 0 without)."""
         self._lib = load_library()
         cfg = _ffi.new("pm_runtime_config *")
         self._lib.pm_runtime_config_init(cfg)
@@ -206,6 +214,10 @@ class Runtime:
         cfg.n_keys, cfg.dataset, cfg.seed, cfg.n_slices = n_keys, self._dataset, seed, n_slices
         cfg.boundaries = 1 if equal_width else 0
         cfg.leaf_capacity, cfg.batch_queries, cfg.queue_capacity = leaf_capacity, batch_queries, queue_capacity
+        if batch_max_wait_us is not None:
+            if not 0 <= batch_max_wait_us < 2**32 - 1:
+                raise NativeRuntimeError(f"batch_max_wait_us must be in [0, 2^32 - 2] microseconds, got {batch_max_wait_us}")
+            cfg.batch_max_wait_us = batch_max_wait_us
         cfg.routers_per_node, cfg.max_workers = routers_per_node, max_workers
         cfg.share_cpus = -1 if share_cpus is None else int(share_cpus)
         if probe is not None:
@@ -312,6 +324,9 @@ class Runtime:
             "latency_p99_ns": int(res.latency.p99_ns),
             "latency_max_ns": int(res.latency.max_ns),
             "latency": _latency_dict(res.latency),
+            "batches": int(res.batches),
+            "full_batches": int(res.full_batches),
+            "probe_reads": int(res.probe_reads),
             "slice_queries": [int(per_slice[i]) for i in range(self.n_slices)],
             "stats": self.snapshot(),
         }

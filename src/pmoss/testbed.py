@@ -33,12 +33,15 @@ class Testbed:
     (`enforce` may run while another thread is inside `run`)."""
 
     def __init__(self, machine: Machine, n_keys: int, dataset: str = "dense", n_slices: int = 256, seed: int = 1,
-                 probe: str = "auto", offcore: str | None = "/sys"):  # fmt: skip
-        """offcore: sysfs root of the uncore PMUs to sweep ("/sys"), None for no off-core readings."""
+                 probe: str = "auto", offcore: str | None = "/sys", batch_queries: int = 100,
+                 batch_max_wait_us: int | None = None):  # fmt: skip
+        """offcore: sysfs root of the uncore PMUs to sweep ("/sys"), None for no off-core readings.
+        batch_queries / batch_max_wait_us: probe granularity and its latency bound (see Runtime)."""
         from pmoss.runtime import Runtime
 
         self.machine, self.dataset, self.n_keys = machine, dataset, n_keys
-        self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe, offcore=offcore)
+        self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe, offcore=offcore,
+                          batch_queries=batch_queries, batch_max_wait_us=batch_max_wait_us)
         self.n_slices = self.rt.n_slices
         lower = self.rt.slice_bounds()
         self.slice_lo, self.slice_hi = lower, [x - 1 for x in lower[1:]] + [UINT64_MAX]

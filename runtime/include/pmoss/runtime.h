@@ -222,12 +222,13 @@ int pm_dataset_generate(const char *dataset, uint64_t n, uint64_t seed, uint64_t
 /* Per-worker counter probe implemented by the collector. open() runs on the
  * worker's thread after it is pinned to worker_cpu and returns 0 or -errno;
  * read() writes n_values cumulative counter values; close() frees state.
- * read() runs only on the worker's thread. Each worker drains a window of up
- * to batch_queries queued queries, runs it grouped by slice, and reads the
- * probe once before the window's first group and once after each group; the
- * delta between two consecutive readings goes to the slice of the group
- * between them, which holds only that slice's queries (exact attribution,
- * never a mixed window). A window of G slices costs G + 1 reads. n_values <= 64. */
+ * read() runs only on the worker's thread. Each worker collects queued
+ * queries into per-slice batches of up to batch_queries queries and runs due
+ * batches back to back, reading the probe once before the first and once
+ * after each batch; the delta between two consecutive readings goes to the
+ * slice of the batch between them, which holds only that slice's queries
+ * (exact attribution, never a mixed window; popping the queue happens
+ * outside every window). A run of B batches costs B + 1 reads. n_values <= 64. */
 typedef struct pm_probe_ops {
     int (*open)(void *ctx, int worker_cpu, void **state);
     void (*read)(void *state, uint64_t *values);
@@ -274,6 +275,12 @@ typedef enum pm_boundaries {
     PM_BOUNDARIES_EQUAL_WIDTH = 1  /* equal key-range width over [min, max] */
 } pm_boundaries;
 
+/* batch_max_wait_us (see pm_runtime_config): the wait used with a probe
+ * when the config says AUTO (the latency/overhead trade-off behind it is
+ * measured in docs/benchmarks.md), and AUTO itself. */
+#define PM_BATCH_MAX_WAIT_US_DEFAULT 10000
+#define PM_BATCH_MAX_WAIT_AUTO UINT32_MAX
+
 typedef struct pm_runtime_config {
     uint64_t n_keys;           /* keys loaded at create */
     const char *dataset;       /* "dense" | "uniform" | "clustered" */
@@ -281,18 +288,31 @@ typedef struct pm_runtime_config {
     unsigned n_slices;         /* default 256 */
     pm_boundaries boundaries;  /* default equal count */
     unsigned leaf_capacity;    /* default 255 */
-    unsigned batch_queries;    /* probe granularity, default 100: a worker
-                                  drains at most min(batch_queries,
-                                  queue_capacity) queued queries at a time
-                                  (fewer if fewer are queued; it never waits
-                                  to fill a window) and runs them grouped by
-                                  slice. Execution order is FCFS per slice
-                                  within a window, not FCFS per worker: a
-                                  window's groups run in the order of their
-                                  slice's oldest query. This is the trade-off
-                                  for exact per-slice probe attribution at
-                                  one read per slice group; larger windows
-                                  mean fewer reads and more reordering. */
+    unsigned batch_queries;    /* probe granularity G, default 100: a
+                                  worker pops queued queries into per-slice
+                                  pending batches and runs a slice's batch
+                                  (one probe window) when it holds G
+                                  queries. Execution order is FCFS per
+                                  slice, not per worker: that is the price
+                                  of exact per-slice attribution at ~1 read
+                                  per G queries. */
+    unsigned batch_max_wait_us; /* latency bound of batching: a partial
+                                  batch runs once its oldest query waited
+                                  this long (0: partial batches never wait,
+                                  every drain runs all that is pending).
+                                  Default PM_BATCH_MAX_WAIT_AUTO: PM_BATCH_
+                                  MAX_WAIT_US_DEFAULT with a probe, 0
+                                  without (nothing to amortise). Partial
+                                  batches also run when the worker's queue
+                                  stays empty through its spin + yield
+                                  phase (idle or light load keeps low
+                                  latency), when the run stops (nothing
+                                  lost or repeated) and when the worker's
+                                  pending pool (min(n_slices x G, 65536)
+                                  queries) is full. Larger waits mean
+                                  fuller batches (fewer reads, more cache
+                                  locality per slice) and higher latency
+                                  under load. */
     unsigned queue_capacity;   /* per worker, power of two, default 1024 */
     unsigned routers_per_node; /* default 1 */
     unsigned max_workers;      /* 0 = one worker per usable CPU */
@@ -389,6 +409,9 @@ typedef struct pm_run_result {
     double throughput;     /* completed / seconds */
     pm_latency_summary latency; /* every query of this run (count == completed);
                                    independent of pm_runtime_latency readers */
+    uint64_t batches;      /* slice batches run (one probe window each) */
+    uint64_t full_batches; /* ... of them holding batch_queries queries */
+    uint64_t probe_reads;  /* probe readings taken (0 without a probe) */
 } pm_run_result;
 
 /* Stop routers, let workers drain their queues (every dispatched query
