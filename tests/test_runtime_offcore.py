@@ -126,3 +126,24 @@ def test_refused_offcore_is_null_with_one_message(imc_root: Path) -> None:
     lines = [ln for ln in r.stderr.splitlines() if "off-core" in ln]
     assert len(lines) == 1, r.stderr  # one message for the process, not one per run
     assert "perf_event_paranoid" in lines[0] and "CAP_PERFMON" in lines[0]
+
+
+def test_cli_prints_offcore_bytes_per_node(imc_root: Path) -> None:
+    """`pmoss-runtime --offcore=ROOT` sweeps the same hook and prints the run's bytes per node."""
+    if _perf_refused_prefix() == []:
+        pytest.skip("system-wide perf events are refused to this process")
+    binary = rtmod.library_path().parent / "pmoss-runtime"
+    out = subprocess.run([str(binary), "--keys", "20000", "--slices", "8", "--seconds", "0.3", f"--offcore={imc_root}"],
+                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    lines = [ln for ln in out.splitlines() if ln.startswith("offcore")]
+    assert [ln.split(":")[0] for ln in lines] == [f"offcore node {i}" for i in range(len(CPUS))]
+    for ln in lines:
+        fields = dict(f.split("=") for f in ln.split(":")[1].split())
+        assert set(fields) == {"imc_read_bytes", "imc_write_bytes", "imc_total_bytes"}
+        assert fields["imc_total_bytes"] == "null"
+        # cpu-clock ns x 64 bytes per "CAS": at least the 0.3 s window, well under a minute
+        for name in ("imc_read_bytes", "imc_write_bytes"):
+            assert 0.3 * NS_PER_S * BYTES_PER_CAS <= float(fields[name]) < 60 * NS_PER_S * BYTES_PER_CAS
+    missing = subprocess.run([str(binary), "--keys", "20000", "--slices", "8", "--seconds", "0.1", "--offcore=/nonexistent"],
+                             check=True, capture_output=True, text=True).stdout  # fmt: skip
+    assert "offcore: none" in missing

@@ -13,6 +13,7 @@
 #include "pmoss/collector.h"
 /* The hook instance is defined in collector/src/probe_ops.c (not in its header). */
 extern const pm_probe_ops pm_collector_probe_ops;
+extern const pm_uncore_ops pm_collector_uncore_ops;
 #endif
 
 #define PM_STR_(x) #x
@@ -54,10 +55,55 @@ static const char usage[] =
     "  --seconds T            run time (default 5)\n"
     "probe (when built with the collector):\n"
     "  --probe auto|software|hardware  read per-slice counters every --batch queries\n"
+    "  --offcore[=SYSFS]      sweep the uncore PMUs found under SYSFS (default /sys:\n"
+    "                         memory controllers, socket links) every round and\n"
+    "                         print the run's bytes per node and link\n"
     "output:\n"
     "  --per-slice            print one CSV line per slice (queries and every stat)\n"
     "  --show-topology        print worker CPUs and their nodes, then exit\n"
     "  --help\n";
+
+/* The run's off-core bytes, one line per node / link, or why there are none. */
+static void print_offcore(pm_runtime *rt)
+{
+    unsigned ns = pm_runtime_n_stats(rt), nv = pm_runtime_n_offcore_values(rt);
+    size_t n = (size_t)pm_runtime_n_slices(rt) * ns;
+    pm_snapshot snap = {.stats = malloc(n * sizeof(uint64_t)), .stats_cap = n};
+    /* first read: the shape only (offcore NULL), then the values (the run is
+     * over, so both reads see the same round) */
+    int rc = snap.stats ? pm_runtime_snapshot_read(rt, &snap) : -ENOMEM;
+    if (rc == 0) {
+        snap.offcore_cap = (size_t)nv * snap.offcore_stride;
+        snap.offcore = malloc(snap.offcore_cap * sizeof(double));
+        rc = snap.offcore ? pm_runtime_snapshot_read(rt, &snap) : -ENOMEM;
+    }
+    if (rc) {
+        fprintf(stderr, "pmoss-runtime: off-core snapshot: %s\n", strerror(-rc));
+    } else if (!snap.offcore_nodes && !snap.offcore_links) {
+        printf("offcore: none (%s)\n", snap.offcore_msg[0] ? snap.offcore_msg : "no uncore PMU found");
+    } else {
+        for (unsigned scope = 0; scope < 2; scope++) {
+            unsigned count = scope ? snap.offcore_links : snap.offcore_nodes;
+            for (unsigned i = 0; i < count; i++) {
+                printf("offcore %s %u:", scope ? "link" : "node", i);
+                for (unsigned j = 0; j < nv; j++) {
+                    const char *name = pm_runtime_offcore_name(rt, j);
+                    /* a node row shows node values, a link row link_* values */
+                    if ((strncmp(name, "link_", 5) == 0) != (scope == 1))
+                        continue;
+                    double v = snap.offcore[(size_t)j * snap.offcore_stride + i];
+                    if (v == v)
+                        printf(" %s=%.0f", name, v);
+                    else
+                        printf(" %s=null", name);
+                }
+                printf("\n");
+            }
+        }
+    }
+    free(snap.offcore);
+    free(snap.stats);
+}
 
 static void sleep_s(double s)
 {
@@ -103,7 +149,7 @@ static int load_and_set(pm_runtime *rt, const char *path, const char *when)
 enum {
     O_KEYS = 256, O_DATASET, O_SEED, O_SLICES, O_EQW, O_LEAF, O_ROUTERS, O_WORKERS, O_SHARE,
     O_QUEUE, O_BATCH, O_BATCH_WAIT, O_SCHED, O_SWITCH, O_SWITCH_AT, O_WORKLOAD, O_DIST, O_THETA, O_SMIN,
-    O_SMAX, O_WSEED, O_SECONDS, O_PER_SLICE, O_TOPO, O_PROBE, O_HELP
+    O_SMAX, O_WSEED, O_SECONDS, O_PER_SLICE, O_TOPO, O_PROBE, O_OFFCORE, O_HELP
 };
 
 int main(int argc, char **argv)
@@ -122,6 +168,7 @@ int main(int argc, char **argv)
         {"scan-max", 1, 0, O_SMAX},     {"workload-seed", 1, 0, O_WSEED},
         {"seconds", 1, 0, O_SECONDS},   {"per-slice", 0, 0, O_PER_SLICE},
         {"show-topology", 0, 0, O_TOPO}, {"probe", 1, 0, O_PROBE},
+        {"offcore", 2, 0, O_OFFCORE},
         {"help", 0, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -132,6 +179,8 @@ int main(int argc, char **argv)
     double seconds = 5, switch_at = -1;
     int per_slice = 0, show_topo = 0, o;
     const char *probe = NULL;
+    int offcore = 0;
+    const char *offcore_root = NULL; /* NULL: /sys */
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case O_KEYS: cfg.n_keys = strtoull(optarg, NULL, 0); break;
@@ -177,6 +226,10 @@ int main(int argc, char **argv)
         case O_PER_SLICE: per_slice = 1; break;
         case O_TOPO: show_topo = 1; break;
         case O_PROBE: probe = optarg; break;
+        case O_OFFCORE:
+            offcore = 1;
+            offcore_root = optarg;
+            break;
         case O_HELP: fputs(usage, stdout); return 0;
         default: fputs(usage, stderr); return 2;
         }
@@ -206,9 +259,14 @@ int main(int argc, char **argv)
         cfg.probe = &pm_collector_probe_ops;
         cfg.probe_ctx = &probe_cfg;
     }
+    pm_uncore_config uncore_cfg = {offcore_root};
+    if (offcore) {
+        cfg.uncore = &pm_collector_uncore_ops;
+        cfg.uncore_ctx = &uncore_cfg;
+    }
 #else
-    if (probe) {
-        fprintf(stderr, "pmoss-runtime: built without the collector, --probe is unavailable\n");
+    if (probe || offcore) {
+        fprintf(stderr, "pmoss-runtime: built without the collector, --probe/--offcore are unavailable\n");
         return 2;
     }
 #endif
@@ -297,6 +355,8 @@ int main(int argc, char **argv)
         print_latency("after switch", &lat_after);
     }
     print_latency("run", &res.latency);
+    if (offcore)
+        print_offcore(rt);
     free(q);
     pm_runtime_destroy(rt);
     return status;
