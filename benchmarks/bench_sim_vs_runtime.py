@@ -6,25 +6,31 @@
 The host is shared: how much CPU the runtime's threads get changes run to run (2-4x), so the
 wall-clock throughput measures the other jobs as much as this machine. The +-25 % check therefore
 compares queries per worker-CPU-second: queries / sum of the per-slice task_clock_ns (the on-CPU
-time of the worker threads while they execute slice groups; descheduled time is not counted).
+time of the worker threads while they execute slice batches; descheduled time is not counted).
 The simulator's rows carry the same column with the same meaning (§11: task_clock_ns per query =
 t_s * smt_slowdown), so both sides are computed by the same formula from a raw snapshot row.
 Wall-clock numbers are recorded too, with the prediction that assumes the CPU capacity measured
 in the calibration runs.
 
 Each rep (interleaved, so calibration and predicted runs see the same background load):
-1. Calibrate (single worker, uniform keys, NOT the predicted workloads): worker CPU ns per query
-   of point lookups (ycsb-c mix) with drain windows of 1 and of 1000 queries -> cost per slice
-   group of a window (probe reading + stats) and the runtime's other overhead per query beyond the
-   modelled instructions (lookups with the default 100-query windows are run as a check); of scans of exactly 10 and 100 keys (ycsb-e mix) -> instructions per scanned key; the router
-   alone (pmoss_bench_tree router) -> router ns per query; CPUs the runtime got in the calibration
-   runs = throughput x (worker + router ns per query) -> effective CPUs (wall-clock prediction).
-2. Measure every (kind, workload) with 2 workers + 1 router on the runtime (Testbed, fresh index).
+1. Calibrate (single worker, uniform keys, single-operation runs, NOT the predicted mixes):
+   worker CPU ns per query of point lookups (ycsb-c mix) with batches of 1 and of 100 queries
+   -> cost per batch (probe reading + stats) from the measured batches per query, and the read's
+   overhead beyond the modelled instructions; of scans of exactly 10 and 100 keys (scan mix) ->
+   instructions per scanned key and the scan's overhead; of inserts: the last slice of a uniform
+   rsi-25-50-25 run with 1-key scans, where every insert lands (dense keys are appended) and
+   which sees 1/256 of the other operations, taken out with the other slices' mean cost; the
+   router alone (pmoss_bench_tree router) -> router ns per query; CPUs the runtime got in the
+   calibration runs = throughput x (worker + router ns per query) -> effective CPUs (wall-clock
+   prediction only).
+2. Measure every (kind, workload) with 2 workers + 1 router on the runtime (Testbed, fresh index),
+   with its batches and probe readings per query.
 Calibration constants are the medians over reps. Then predict with the simulator
 (`discover(name="localhost")` + the calibration) and write one record per (kind, workload):
 value = predicted queries per worker-CPU-second, baseline = measured median, within_25pct on
-that ratio; wall-clock predicted / measured, the worker CPU the runtime got, steal time and the
-busiest worker's share of worker CPU (one-core kinds: the model's load balance) are extra fields.
+that ratio; wall-clock predicted / measured, the worker CPU the runtime got, steal time, batches
+per query (model at its own X and at the measured X, measured), and the busiest worker's share of
+worker CPU (one-core kinds: the model's load balance) are extra fields.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from pmoss.policies import generate
 from pmoss.runtime import Runtime, library_path
 from pmoss.schedule import ONE_CORE_KINDS
 from pmoss.sim import Calibration, simulate_batch, throughput
-from pmoss.sim.calibration import fit_group_ns, fit_scan_key_insn, worker_ns
+from pmoss.sim.calibration import batch_ns_for, fit_op_ns, fit_scan_key_insn, model_batches_per_query, single_op
 from pmoss.testbed import Testbed
 from pmoss.topology import discover
 from pmoss.workload import get_workload
@@ -54,7 +60,6 @@ WORKLOADS = ("ycsb-c", "ycsb-a", "ycsb-e", "rsi-20-30-50")
 KINDS = ("sn-spread", "os-default")
 N_SLICES = 256
 SHORT, LONG = 10, 100  # scan lengths of the calibration scans
-MANY = 1000  # drain window of the calibration run with few groups per query (queue capacity 1024)
 BAND = 0.25
 
 
@@ -85,16 +90,21 @@ def busiest_share(core: list[int], task_clock_ns: list[int | float]) -> float:
     return float(max(per.values()) / sum(per.values()))
 
 
-def calibration_run(n: int, seconds: float, seed: int, mix: str, window: int = 100, **spec: object) -> dict:
-    """Single worker, fresh index, drain windows of `window` queries: worker CPU ns per query
-    (task_clock, software counter)."""
-    rt = Runtime(n, dataset="dense", seed=1, n_slices=N_SLICES, max_workers=1, probe="software", batch_queries=window)
+def calibration_run(n: int, seconds: float, seed: int, mix: str, batch: int = 100, **spec: object) -> dict:
+    """Single worker, fresh index, batches of up to `batch` queries: worker CPU ns per query
+    (task_clock, software counter), measured batches per query, and the last slice's share and
+    cost next to the other slices' (where dense inserts land)."""
+    rt = Runtime(n, dataset="dense", seed=1, n_slices=N_SLICES, max_workers=1, probe="software", batch_queries=batch)
     before = rt.snapshot()
     res = rt.run(mix, seconds, seed=seed, **spec)
     gained = res["stats"].slices_since(before)
-    q = pc.sum(gained.column("queries")).as_py()
-    tc = pc.sum(gained.column("task_clock_ns")).as_py()
-    return {"worker_ns": tc / q, "throughput": res["throughput"]}
+    q = [float(v) for v in gained.column("queries").to_pylist()]
+    tc = [float(v) for v in gained.column("task_clock_ns").to_pylist()]
+    others_q, others_tc = sum(q[:-1]), sum(tc[:-1])
+    return {"worker_ns": sum(tc) / sum(q), "throughput": res["throughput"], "batches_per_query": res["batches"] / res["completed"],
+            "probe_reads_per_query": res["probe_reads"] / res["completed"], "last_share": q[-1] / sum(q),
+            "last_ns": tc[-1] / q[-1], "others_ns": others_tc / others_q, "others_mean_q": others_q / (len(q) - 1),
+            "last_q": q[-1]}  # fmt: skip
 
 
 def router_ns(n: int, seconds: float) -> float:
@@ -111,29 +121,46 @@ def measured_run(machine, kind: str, workload: str, n: int, seconds: float, rep:
     row = tb.run(workload, seconds, seed=1 + rep, run_index=rep)
     steal = (_steal_jiffies() - steal0) / os.sysconf("SC_CLK_TCK")
     per_cpu, cpu_s = cpu_normalised(row["queries"], row["task_clock_ns"])
+    res = tb.last_result
     out = {"wall_qps": row["throughput_qps"], "per_cpu_qps": per_cpu, "worker_cpus": cpu_s / row["window_s"],
-           "steal_cpus": steal / row["window_s"]}  # fmt: skip
+           "steal_cpus": steal / row["window_s"], "batches_per_query": res["batches"] / res["completed"],
+           "probe_reads_per_query": res["probe_reads"] / res["completed"], "full_batch_share": res["full_batches"] / max(res["batches"], 1)}  # fmt: skip
     if kind in ONE_CORE_KINDS:
         out["busiest_worker_share"] = busiest_share(row["core"], row["task_clock_ns"])
     return out
 
 
+def insert_ns(run: dict, batch_ns: float, cal: Calibration) -> float:
+    """Worker ns per insert, batch cost taken out, from the last slice of a uniform rsi run: every
+    (appended) insert lands there, next to the 1/256 share of reads and scans every slice gets,
+    which is taken out at the other slices' mean cost. The slice is hot: its batches are full
+    or wait-limited at its measured rate."""
+    t = (run["last_ns"] * run["last_q"] - run["others_mean_q"] * run["others_ns"]) / (run["last_q"] - run["others_mean_q"])
+    size = min(cal.batch_queries, max(1.0, run["throughput"] * run["last_share"] * cal.batch_wait_us * 1e-6))
+    return t - batch_ns / size
+
+
 def fit(machine, n: int, cal_runs: list[dict], routes: list[float]) -> tuple[Calibration, dict]:
-    """Calibration from the medians of the reps' calibration runs."""
-    med = lambda key: statistics.median(r[key]["worker_ns"] for r in cal_runs)  # noqa: E731
-    one, many, short, long = med("lookup_w1"), med(f"lookup_w{MANY}"), med(f"scan{SHORT}"), med(f"scan{LONG}")
+    """Calibration from the medians of the reps' single-operation runs."""
+    med = lambda key, f="worker_ns": statistics.median(r[key][f] for r in cal_runs)  # noqa: E731
     route = statistics.median(routes)
     # CPUs the runtime actually got in the calibration runs: (worker + router) busy time per second
     effective = statistics.median(r[k]["throughput"] * (r[k]["worker_ns"] + route) * 1e-9 for r in cal_runs for k in r)
-    cal = Calibration(route_ns=route, shared_cpus=len(machine.worker_cpus), source=f"{machine.name}: bench_sim_vs_runtime.py single-worker uniform runs")
-    w_lookup = get_workload("ycsb-c").model_copy(update={"name": "cal-lookup-uniform", "distribution": "uniform"})
-    w_scan = {k: get_workload("ycsb-e").model_copy(update={"name": f"cal-scan{k}-uniform", "distribution": "uniform", "scan_min": k, "scan_max": k})
-              for k in (SHORT, LONG)}  # fmt: skip
-    cal = fit_group_ns(machine, w_lookup, one, many, MANY, cal, n_records=n, n_slices=N_SLICES)
-    cal = fit_scan_key_insn(machine, w_scan[SHORT], w_scan[LONG], short, long, cal, n_records=n, n_slices=N_SLICES)
-    check = worker_ns(machine, w_lookup, cal, n_records=n, n_slices=N_SLICES)[0]  # default windows: not fitted on
-    measured = {"lookup_w1_worker_ns": one, f"lookup_w{MANY}_worker_ns": many, "lookup_w100_worker_ns": med("lookup_w100"),
-                "lookup_w100_model_ns": check, f"scan{SHORT}_worker_ns": short, f"scan{LONG}_worker_ns": long,
+    batch = batch_ns_for(med("lookup_b1"), med("lookup_b100"), med("lookup_b1", "batches_per_query"), med("lookup_b100", "batches_per_query"))
+    net = lambda key: med(key) - batch * med(key, "batches_per_query")  # noqa: E731  the run's batch cost taken out
+    cal = Calibration(route_ns=route, batch_ns=batch, shared_cpus=len(machine.worker_cpus),
+                      source=f"{machine.name}: bench_sim_vs_runtime.py single-worker single-operation uniform runs")  # fmt: skip
+    short, long = single_op("scan", scan_len=SHORT), single_op("scan", scan_len=LONG)
+    cal = fit_scan_key_insn(machine, short, long, net(f"scan{SHORT}"), net(f"scan{LONG}"), cal, n_records=n, n_slices=N_SLICES)
+    inserts = statistics.median(insert_ns(r["inserts"], batch, cal) for r in cal_runs)
+    ops = {"read": (single_op("read"), net("lookup_b100")), "scan": (short, net(f"scan{SHORT}")), "insert": (single_op("insert"), inserts)}
+    cal = fit_op_ns(machine, ops, cal, n_records=n, n_slices=N_SLICES)
+    lookup_bpq = model_batches_per_query(machine, single_op("read"), med("lookup_b100", "throughput"), cal, n_records=n, n_slices=N_SLICES)
+    measured = {"lookup_b1_worker_ns": med("lookup_b1"), "lookup_b100_worker_ns": med("lookup_b100"),
+                "lookup_b100_batches_per_query": med("lookup_b100", "batches_per_query"),
+                "lookup_b100_batches_per_query_model_at_measured_X": lookup_bpq,
+                f"scan{SHORT}_worker_ns": med(f"scan{SHORT}"), f"scan{LONG}_worker_ns": med(f"scan{LONG}"),
+                "insert_worker_ns_net_of_batches": inserts, "insert_run_last_slice_share": med("inserts", "last_share"),
                 "router_ns": route, "effective_cpus": effective, "per_rep": cal_runs, "router_runs": routes}  # fmt: skip
     return replace(cal, shared_cpus=effective), measured
 
@@ -143,8 +170,9 @@ def predict(machine, kind: str, workload: str, n: int, cal: Calibration) -> dict
     sched = generate(kind, machine, N_SLICES, seed=0)
     row = simulate_batch(machine, workload, "dense", [sched], n_records=n, noise=False, calibration=cal)[0]
     per_cpu, cpu_s = cpu_normalised(row["queries"], row["task_clock_ns"])
-    out = {"per_cpu_qps": per_cpu, "wall_qps": float(throughput(machine, workload, "dense", [sched], n_records=n, calibration=cal)[0]),
-           "worker_cpus": cpu_s / row["window_s"],
+    wall = float(throughput(machine, workload, "dense", [sched], n_records=n, calibration=cal)[0])
+    out = {"per_cpu_qps": per_cpu, "wall_qps": wall, "worker_cpus": cpu_s / row["window_s"], "schedule": sched,
+           "batches_per_query": model_batches_per_query(machine, get_workload(workload), wall, cal, n_records=n, n_slices=N_SLICES, schedule=sched),
            "uncalibrated_wall_qps": float(throughput(machine, workload, "dense", [sched], n_records=n)[0])}  # fmt: skip
     if kind in ONE_CORE_KINDS:
         out["busiest_worker_share"] = busiest_share(list(row["core"]), list(row["task_clock_ns"]))
@@ -165,10 +193,13 @@ def main() -> None:
     t0, load0 = time.perf_counter(), _load()
     cal_runs, routes, runs = [], [], {c: [] for c in configs}
     for rep in range(args.reps):
-        cal_runs.append({**{f"lookup_w{b}": calibration_run(args.keys, args.seconds, 1 + rep, "ycsb-c", window=b, distribution="uniform")
-                            for b in (1, MANY, 100)},
-                         **{f"scan{k}": calibration_run(args.keys, args.seconds, 1 + rep, "ycsb-e", distribution="uniform", scan_min=k, scan_max=k)
-                            for k in (SHORT, LONG)}})  # fmt: skip
+        cal_runs.append({
+            "lookup_b1": calibration_run(args.keys, args.seconds, 1 + rep, "ycsb-c", batch=1, distribution="uniform"),
+            "lookup_b100": calibration_run(args.keys, args.seconds, 1 + rep, "ycsb-c", distribution="uniform"),
+            **{f"scan{k}": calibration_run(args.keys, args.seconds, 1 + rep, "scan", distribution="uniform", scan_min=k, scan_max=k)
+               for k in (SHORT, LONG)},
+            "inserts": calibration_run(args.keys, args.seconds, 1 + rep, "rsi-25-50-25", distribution="uniform", scan_min=1, scan_max=1),
+        })  # fmt: skip
         routes.append(router_ns(args.keys, args.seconds))
         for c in configs:
             runs[c].append(measured_run(machine, *c, args.keys, args.seconds, rep))
@@ -178,6 +209,8 @@ def main() -> None:
     for kind, wl in configs:
         pred, meas = predict(machine, kind, wl, args.keys, cal), runs[(kind, wl)]
         med = {k: statistics.median(r[k] for r in meas) for k in meas[0]}
+        bpq_at_measured = model_batches_per_query(machine, get_workload(wl), med["wall_qps"], cal, n_records=args.keys,
+                                                  n_slices=N_SLICES, schedule=pred["schedule"])  # fmt: skip
         within = bool(abs(pred["per_cpu_qps"] / med["per_cpu_qps"] - 1) <= BAND)
         write_record(
             f"sim_vs_runtime_{kind.replace('-', '_')}_{wl.replace('-', '_')}",
@@ -190,8 +223,11 @@ def main() -> None:
             wall_within_25pct=bool(abs(pred["wall_qps"] / med["wall_qps"] - 1) <= BAND),
             uncalibrated_wall_prediction_qps=pred["uncalibrated_wall_qps"],
             predicted_busiest_worker_share=pred.get("busiest_worker_share"), measured_runs=meas,
+            batches_per_query_model=pred["batches_per_query"], batches_per_query_model_at_measured_X=bpq_at_measured,
+            batches_per_query_measured=med["batches_per_query"], probe_reads_per_query_measured=med["probe_reads_per_query"],
             calibration=dict(cal.__dict__), calibration_measurements=cal_measured,
-            calibrated_on="single-worker uniform ycsb-c lookups (windows of 1 and 1000 queries), uniform ycsb-e scans of 10 and 100 keys, router alone (ycsb-c)",
+            calibrated_on="single-worker uniform runs: ycsb-c lookups (batches of 1 and 100 queries), scan-mix scans of 10 and 100 keys, "
+                          "inserts from the last slice of rsi-25-50-25 with 1-key scans, router alone (ycsb-c)",
             host_load=_load(),
         )  # fmt: skip
 

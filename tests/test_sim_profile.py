@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pmoss.sim.profile import YCSB_ITEM_COUNT, fnv64, geometry, slice_bounds, slice_profile, zipf_head
+from pmoss.sim.profile import YCSB_ITEM_COUNT, fnv64, geometry, insert_order, slice_bounds, slice_profile, zipf_head
 from pmoss.workload import WORKLOADS, Workload, OpMix
 
 N_REC, N = 1_000_000, 64
@@ -52,8 +52,18 @@ def test_uniform_hotspot_latest_shapes():
 
 
 def test_inserts_spread_evenly_over_slices():
-    prof = slice_profile(WORKLOADS["rsi-20-30-50"], N_REC, N)
+    prof = slice_profile(WORKLOADS["rsi-20-30-50"], N_REC, N, "hashed")
     assert np.allclose(prof.op_share[2], 0.5 / N)
+
+
+def test_dense_inserts_append_to_the_last_slice():
+    """The runtime appends dense inserts past the largest key (workload.c new_key)."""
+    assert insert_order("dense") == "append" and insert_order("uniform") == insert_order("clustered") == "hashed"
+    prof = slice_profile(WORKLOADS["rsi-20-30-50"], N_REC, N, "append")
+    assert prof.op_share[2, -1] == pytest.approx(0.5) and np.all(prof.op_share[2, :-1] == 0)
+    assert prof.insert_shift_lines == 0 and prof.split_every > slice_profile(WORKLOADS["rsi-20-30-50"], N_REC, N).split_every
+    with pytest.raises(ValueError):
+        slice_profile(WORKLOADS["rsi-20-30-50"], N_REC, N, "sorted")
 
 
 def test_geometry_levels():

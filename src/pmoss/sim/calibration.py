@@ -1,9 +1,11 @@
 """Fitting a `Calibration` (pmoss.sim.hardware) from measurements on a real host's runtime.
 
 docs/machine-model.md §14.3. The fits are closed-form inversions of the model's worker time per
-query (§6): t = comp + fixed + mem_dep * mem_ns, where comp = insn / (ipc * f) is the only part
-that depends on the IPC and insn is linear in the instructions per scanned key. Only constants are
-fitted, never a schedule kind's outcome.
+query (§6): t = comp + fixed + batch + mem_dep * mem_ns, where comp = insn / (ipc * f) is the only
+part that depends on the IPC, insn is linear in the instructions per scanned key, fixed holds the
+per-operation overhead op_ns and batch = batch_ns / (expected batch size). Each constant comes from
+a single-worker, single-operation run with uniform keys; only constants are fitted, never a
+schedule kind's or a predicted workload's outcome.
 """
 
 from __future__ import annotations
@@ -13,23 +15,48 @@ from dataclasses import replace
 import numpy as np
 
 from pmoss.machine import Machine
+from pmoss.schedule import Schedule
 from pmoss.sim.episode import model_run, resolve
 from pmoss.sim.hardware import Calibration, hw_for
-from pmoss.sim.model import groups_per_query
-from pmoss.sim.placement import from_actions
-from pmoss.sim.profile import slice_profile
-from pmoss.workload import Workload
+from pmoss.sim.model import batches_per_query
+from pmoss.sim.placement import from_actions, from_schedules
+from pmoss.sim.profile import insert_order, slice_profile
+from pmoss.workload import OpMix, Workload
 
 FIT_PASSES = 3  # mem_ns moves slightly with X (queueing): re-solve until the fit settles
+OPS = ("read", "update", "insert", "scan")
 
 
-def worker_ns(machine: Machine, workload: Workload, cal: Calibration | None, *, n_records: int, n_slices: int) -> tuple[float, float]:
+def single_op(op: str, *, scan_len: int = 1) -> Workload:
+    """A uniform-key workload of one operation (what a calibration run measures)."""
+    return Workload(name=f"cal-{op}" + (f"{scan_len}" if op == "scan" else ""), mix=OpMix(**{op: 1.0}),
+                    distribution="uniform", scan_min=scan_len, scan_max=scan_len)  # fmt: skip
+
+
+def _one_worker(machine: Machine, workload: Workload, cal: Calibration | None, n_records: int, n_slices: int, dataset: str):
+    inp = resolve(machine, workload, dataset, n_records, 1.0, cal)
+    return model_run(inp, from_actions(hw_for(machine, cal), np.zeros((1, n_slices), dtype=np.int64)), n_slices)
+
+
+def worker_ns(machine: Machine, workload: Workload, cal: Calibration | None, *, n_records: int, n_slices: int,
+              dataset: str = "dense") -> tuple[float, float]:
     """Model's mean worker time per query (ns) with every slice on worker 0, and the part of it
     that is instruction issue (comp). Shares weight the slices as the workload does."""
-    inp = resolve(machine, workload, "dense", n_records, 1.0, cal)
-    hw = hw_for(machine, cal)
-    _, prof, sol, d = model_run(inp, from_actions(hw, np.zeros((1, n_slices), dtype=np.int64)), n_slices)
+    _, prof, sol, d = _one_worker(machine, workload, cal, n_records, n_slices, dataset)
     return float(prof.share @ sol.t_ns[0]), float(prof.share @ d.comp_ns[0])
+
+
+def model_batches_per_query(machine: Machine, workload: Workload, X: float, cal: Calibration, *, n_records: int,
+                            n_slices: int, dataset: str = "dense", schedule: Schedule | None = None) -> float:
+    """Share-weighted batches per query (model.batches_per_query) at throughput X [queries/s];
+    every slice on worker 0 unless a schedule is given."""
+    hw = hw_for(machine, cal)
+    prof = slice_profile(workload, n_records, n_slices, insert_order(dataset))
+    if schedule is None:
+        pl = from_actions(hw, np.zeros((1, n_slices), dtype=np.int64))
+    else:
+        pl = from_schedules(hw, [schedule])
+    return float(prof.share @ batches_per_query(prof.share, pl, np.array([float(X)]), cal.batch_queries, cal.batch_wait_us * 1e-6)[0])
 
 
 def keys_per_query(workload: Workload, n_records: int, n_slices: int) -> float:
@@ -47,11 +74,18 @@ def ipc_for(t_model: float, comp_model: float, ipc_model: float, t_measured: flo
     return ipc_model * comp_model / (t_measured - rest)
 
 
-def query_ns_for(t_model: float, t_measured: float) -> float:
-    """Extra worker ns per query so that the model's time t_model becomes t_measured (>= 0)."""
-    if t_measured < t_model:
-        raise ValueError(f"measured {t_measured:.1f} ns/query is below the model's {t_model:.1f} ns: no overhead fits (try ipc)")
+def op_ns_for(t_model: float, t_measured: float, op: str = "read") -> float:
+    """Correction of an operation's worker ns per query so that the model's t_model becomes
+    t_measured; signed, but the corrected cost must stay positive."""
+    if t_measured <= 0:
+        raise ValueError(f"{op}: measured {t_measured:.1f} ns/query: a calibration run's cost must be positive")
     return t_measured - t_model
+
+
+def batch_ns_for(t_one: float, t_many: float, batches_one: float, batches_many: float) -> float:
+    """Worker ns per batch from two runs of one workload whose measured batches per query differ
+    (batches of 1 query and of up to batch_queries). Clamped at 0 (noise)."""
+    return max(0.0, (t_one - t_many) / (batches_one - batches_many))
 
 
 def scan_key_insn_for(dt_measured: float, dt_model_no_insn: float, dkeys: float, ipc: float, freq_ghz: float) -> float:
@@ -69,42 +103,32 @@ def fit_ipc(machine: Machine, lookup: Workload, t_measured: float, cal: Calibrat
     return cal
 
 
-def fit_query_ns(machine: Machine, lookup: Workload, t_measured: float, cal: Calibration, *, n_records: int, n_slices: int) -> Calibration:
-    cal = replace(cal, query_ns=0.0)
+def fit_op_ns(machine: Machine, measured: dict[str, tuple[Workload, float]], cal: Calibration, *, n_records: int,
+              n_slices: int, dataset: str = "dense") -> Calibration:
+    """op_ns from single-operation runs: measured[op] = (its workload, worker ns per query with the
+    batch cost already taken out). The model is evaluated without batch cost. An operation with no
+    run of its own (`update` here: the runtime has no update-only mix) takes the read's value: the
+    same dispatch path, the model's own instructions and write line make the difference."""
+    nob = replace(cal, batch_ns=None, op_ns=(0.0,) * 4)
+    op_ns = [0.0] * 4
     for _ in range(FIT_PASSES):
-        t, _ = worker_ns(machine, lookup, cal, n_records=n_records, n_slices=n_slices)
-        cal = replace(cal, query_ns=query_ns_for(t - cal.query_ns, t_measured))
-    return cal
-
-
-def group_ns_for(t_one: float, t_many: float, groups_many: float) -> float:
-    """Worker ns per slice group from runs with one query per window (one group per query) and with
-    windows of many queries (groups_many groups per query). Clamped at 0 (noise)."""
-    return max(0.0, (t_one - t_many) / (1.0 - groups_many))
-
-
-def mean_groups_per_query(machine: Machine, workload: Workload, window: int, *, n_records: int, n_slices: int) -> float:
-    """Share-weighted groups per query with every slice on worker 0 and full windows."""
-    hw = hw_for(machine, None)
-    prof = slice_profile(workload, n_records, n_slices)
-    pl = from_actions(hw, np.zeros((1, n_slices), dtype=np.int64))
-    return float(prof.share @ groups_per_query(prof.share, pl, window)[0])
-
-
-def fit_group_ns(machine: Machine, lookup: Workload, t_one: float, t_many: float, window_many: int, cal: Calibration,
-                 *, n_records: int, n_slices: int) -> Calibration:
-    """group_ns from single-worker lookups with windows of 1 and of window_many queries; query_ns
-    then makes the one-query-window run's model time equal t_one. The result keeps cal's window."""
-    g = mean_groups_per_query(machine, lookup, window_many, n_records=n_records, n_slices=n_slices)
-    one = replace(cal, group_ns=group_ns_for(t_one, t_many, g), window_queries=1)
-    return replace(fit_query_ns(machine, lookup, t_one, one, n_records=n_records, n_slices=n_slices), window_queries=cal.window_queries)
+        for op, (w, t) in measured.items():
+            i = OPS.index(op)
+            t_model = worker_ns(machine, w, nob, n_records=n_records, n_slices=n_slices, dataset=dataset)[0] - op_ns[i]
+            op_ns[i] = op_ns_for(t_model, t, op)
+        for i, op in enumerate(OPS):
+            if op not in measured:
+                op_ns[i] = op_ns[OPS.index("read")]
+        nob = replace(nob, op_ns=tuple(op_ns))
+    return replace(cal, op_ns=tuple(op_ns))
 
 
 def fit_scan_key_insn(machine: Machine, short: Workload, long: Workload, t_short: float, t_long: float, cal: Calibration,
                       *, n_records: int, n_slices: int) -> Calibration:
-    zero = replace(cal, scan_key_insn=0.0)
+    zero = replace(cal, scan_key_insn=0.0, batch_ns=None)
     ts = worker_ns(machine, short, zero, n_records=n_records, n_slices=n_slices)[0]
     tl = worker_ns(machine, long, zero, n_records=n_records, n_slices=n_slices)[0]
     dkeys = keys_per_query(long, n_records, n_slices) - keys_per_query(short, n_records, n_slices)
     hw = hw_for(machine, cal)
     return replace(cal, scan_key_insn=scan_key_insn_for(t_long - t_short, tl - ts, dkeys, hw.uarch.ipc, machine.freq_ghz))
+

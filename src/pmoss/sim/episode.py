@@ -19,10 +19,10 @@ from pmoss.errors import ContractError
 from pmoss.machine import Machine
 from pmoss.schedule import ONE_CORE_KINDS, Schedule
 from pmoss.sim.hardware import HW, Calibration, hw_for
-from pmoss.sim.model import SPLIT_EVERY, Demand, Solution, solve
+from pmoss.sim.model import Demand, Solution, solve
 from pmoss.sim.placement import Placement, from_actions, from_schedules, grown_share, one_core_actions, with_first_touch
 from pmoss.sim.pool import load_sim_machine
-from pmoss.sim.profile import SliceProfile, slice_bounds, slice_profile
+from pmoss.sim.profile import SliceProfile, insert_order, slice_bounds, slice_profile
 from pmoss.snapshot import CORE_FEATURES, OFFCORE_LINK, OFFCORE_NODE, SOFTWARE_FEATURES, episode_id, now_utc
 from pmoss.workload import Workload, check_dataset, get_workload
 
@@ -99,10 +99,12 @@ def model_run(inp: Inputs, placement: Placement, n_slices: int, first_touch: np.
     as a fixed point (GROWTH_PASSES re-solves, only when such rows exist and the workload inserts)."""
     _check_slices(inp, n_slices)
     hw = hw_for(inp.machine, inp.calibration)
-    prof = slice_profile(inp.workload, inp.n_records, n_slices)
+    prof = slice_profile(inp.workload, inp.n_records, n_slices, insert_order(inp.dataset))
     sol, d = solve(hw, prof, placement)
     insert = inp.workload.mix.insert
-    if first_touch is not None and first_touch.any() and insert > 0:
+    # appended keys are never read back (reads and scans pick loaded keys) and the rightmost leaf
+    # is first-touched by the inserting worker itself: no growth term for appends
+    if first_touch is not None and first_touch.any() and insert > 0 and prof.inserts == "hashed":
         for _ in range(GROWTH_PASSES):
             grown = grown_share(sol.X, insert, inp.window_s, inp.n_records)
             placement = with_first_touch(placement, first_touch, grown)
@@ -204,7 +206,7 @@ def per_query_features(hw: HW, prof: SliceProfile, sol: Solution, d: Demand) -> 
         "local_dram_loads": dram * sol.local_share, "remote_dram_loads": dram * (1 - sol.local_share),
         "mem_write_misses": d.wb_lines, "cycles_l3_miss": d.mem_dep * sol.mem_ns * f * sol.smt_slowdown,
         "cycles_mem_any": (t_eff - d.comp_ns) * f, "task_clock_ns": t_eff,
-        "page_faults": b(insert / SPLIT_EVERY), "nodes_visited": b(d.node_visits), "keys_scanned": b(scan * prof.scan_keys),
+        "page_faults": b(insert / prof.split_every), "nodes_visited": b(d.node_visits), "keys_scanned": b(scan * prof.scan_keys),
     }  # fmt: skip
 
 

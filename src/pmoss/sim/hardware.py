@@ -103,17 +103,21 @@ class Calibration:
     `Calibration()` changes nothing; the pool machines are never calibrated.
 
     ipc: effective instructions per cycle of the index code (scales every instruction's time).
-    query_ns: extra worker time per query that the instruction model does not see (runtime
-      dispatch, queue hand-off, wakeups, per-slice stats, probe reads), added to the fixed stalls;
-      fitted so that the model's worker time per query equals the measured worker CPU time of
-      single-worker point lookups.
-    group_ns: worker time per slice group of a drain window (the runtime reads the probe once per
-      group and stores the group's stats; runtime.c run_window), charged per query as
-      group_ns * groups per query; fitted from single-worker runs with windows of 1 and of many
-      queries. None: the model has no per-group cost (the paper's rdpmc probe is ~tens of ns).
-    window_queries: queries a worker drains per window (the runtime's batch_queries); the expected
-      groups per query of slice s in a full window of B queries whose slice shares are q is
-      (1 - (1 - q_s)^B) / (B q_s): one group for a cold slice, 1/B for a slice that owns the worker.
+    op_ns: correction of the worker time per query of each operation (read, update, insert,
+      scan), added to its fixed stalls: measured cost minus the model's, both under the
+      calibration run's conditions (one worker, uniform keys, single-operation run). It replaces
+      the table cost of the operation by the measured one there, while the model's differences
+      between conditions (caches, placement, SMT) still apply elsewhere. Signed: it holds the
+      runtime's overhead per query (dispatch, latency stamp, stats) and whatever the model misses
+      (stalls the host's shared L3 and TLB cause), and it is negative where the table
+      instruction counts exceed the measured cost (appends).
+    batch_ns: worker time per batch (the runtime reads the probe once per batch and stores the
+      batch's stats: runtime.c run_due), charged per query as batch_ns / b_s with b_s the
+      expected batch size of slice s (`model.batches_per_query`); fitted from single-worker
+      lookups with batches of 1 query and of batch_queries. None: no per-batch cost (the paper's
+      rdpmc probe costs tens of ns).
+    batch_queries, batch_wait_us: the runtime's batch_queries (G) and batch_max_wait_us (W): a
+      slice's batch runs when it holds G queries or its oldest query waited W.
     scan_key_insn: instructions per key scanned (model default INSN_SCAN_KEY), fitted from the
       difference between single-worker scans of two lengths.
     route_ns: router CPU time per query (model default ROUTE_NS), measured on the router alone.
@@ -123,21 +127,25 @@ class Calibration:
     """
 
     ipc: float | None = None
-    query_ns: float | None = None
-    group_ns: float | None = None
-    window_queries: int = 100
+    op_ns: tuple[float, float, float, float] | None = None
+    batch_ns: float | None = None
+    batch_queries: int = 100
+    batch_wait_us: float = 10_000.0
     scan_key_insn: float | None = None
     route_ns: float | None = None
-    shared_cpus: int | None = None
+    shared_cpus: float | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
-        if self.window_queries < 1:
-            raise ValueError(f"Calibration.window_queries: must be >= 1, got {self.window_queries!r}")
-        for f in ("ipc", "query_ns", "group_ns", "scan_key_insn", "route_ns", "shared_cpus"):
+        if self.batch_queries < 1 or not self.batch_wait_us >= 0:
+            raise ValueError(f"Calibration.batch_queries / batch_wait_us: must be >= 1 / >= 0, got {self.batch_queries!r} / {self.batch_wait_us!r}")
+        if self.op_ns is not None and (len(self.op_ns) != 4 or not all(np.isfinite(v) for v in self.op_ns)):
+            raise ValueError(f"Calibration.op_ns: must be 4 finite ns (read, update, insert, scan), got {self.op_ns!r}")
+        positive = ("ipc", "shared_cpus")
+        for f in ("ipc", "batch_ns", "scan_key_insn", "route_ns", "shared_cpus"):
             v = getattr(self, f)
-            if v is not None and not (v >= 0 and (f not in ("ipc", "shared_cpus") or v > 0)):
-                raise ValueError(f"Calibration.{f}: must be {'positive' if f in ('ipc', 'shared_cpus') else 'non-negative'}, got {v!r}")
+            if v is not None and not (v >= 0 and (f not in positive or v > 0)):
+                raise ValueError(f"Calibration.{f}: must be {'positive' if f in positive else 'non-negative'}, got {v!r}")
 
 
 def calibrated(hw: HW, cal: Calibration | None) -> HW:

@@ -18,12 +18,10 @@ from pmoss.sim.placement import Placement
 from pmoss.sim.profile import SliceProfile
 
 SCAN_LINES_PER_KEY = 16 / LINE  # a scan streams key+value pairs
-INSERT_SHIFT_LINES = 0.5 * 176 * 16 / LINE  # an insert shifts half a leaf on average
 NODE_LINES = 4096 / LINE
-SPLIT_EVERY = 255 - 176  # inserts between splits of a leaf at steady fill
 # instructions per query (§6): dispatch, per inner / leaf visit, per operation extra
 INSN_DISPATCH, INSN_INNER, INSN_LEAF = 120.0, 55.0, 70.0
-INSN_UPDATE, INSN_INSERT, INSN_SCAN_KEY, INSN_SHARED_QUEUE = 40.0, 250.0 + 300.0 / SPLIT_EVERY, 10.0, 40.0
+INSN_UPDATE, INSN_INSERT, INSN_SPLIT, INSN_SCAN_KEY, INSN_SHARED_QUEUE = 40.0, 250.0, 300.0, 10.0, 40.0
 ROUTE_NS = 5.0  # router time per query (batched: hash, find slice, enqueue), one router per node (§8)
 HANDOFF_LINES = 0.25  # queue-entry lines a worker pulls from its router per query (16 B entries)
 QUEUE_C = 0.5  # loaded-latency curve: q(rho) = 1 + QUEUE_C rho^2 / (1 - rho) (§7)
@@ -68,7 +66,7 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
     l2, l3, c2c = _coherence(pl, update + insert, (S1, S2, S3), (L1, L2, L3))
     miss = _pos(total - S3)  # [B, N] dependent lines leaving the L3
     stream = scan * prof.scan_keys * SCAN_LINES_PER_KEY  # [N] prefetched lines of a scan
-    writes = update + insert * (INSERT_SHIFT_LINES + NODE_LINES / SPLIT_EVERY)  # [N]
+    writes = update + insert * (prof.insert_shift_lines + NODE_LINES / prof.split_every)  # [N]
     mem_lines = miss + stream * leaf_miss
     l4 = dot(hits["h4"] * (1 - hits["h3"]), vl) / np.maximum(miss, 1e-12) if hw.l4_nodes > 0 else np.zeros_like(miss)
     dep = miss + stream * leaf_miss / hw.uarch.stream_mlp  # latency-paying lines
@@ -77,10 +75,8 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
     fixed = (l2 * hw.l2_ns + l3 * hw.l3_ns + c2c * c2c_ns + stream * (1 - leaf_miss) * hw.l3_ns / hw.uarch.stream_mlp
              + handoff + dep * l4 * hw.uarch.l4_ns)  # fmt: skip
     cal = hw.calibration
-    if cal is not None and cal.query_ns is not None:  # measured runtime overhead per query (§14.3)
-        fixed = fixed + cal.query_ns
-    if cal is not None and cal.group_ns is not None:  # measured cost per slice group of a drain window
-        fixed = fixed + cal.group_ns * groups_per_query(prof.share, pl, cal.window_queries)
+    if cal is not None and cal.op_ns is not None:  # measured runtime overhead per query of each op (§14.3)
+        fixed = fixed + np.asarray(cal.op_ns) @ prof.op_frac
     insn = _instructions(prof, obj, pl, INSN_SCAN_KEY if cal is None or cal.scan_key_insn is None else cal.scan_key_insn)
     shape = mem_lines.shape
     return Demand(
@@ -92,15 +88,14 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
     )  # fmt: skip
 
 
-def groups_per_query(share: np.ndarray, pl: Placement, window: int) -> np.ndarray:
-    """Expected slice groups per query of each slice when a worker runs full windows of `window`
-    queries grouped by slice (§14.3): a worker of slice s's execution group sees s with share
-    q_s = p_s / (share of its group), so s appears in 1 - (1 - q_s)^B of the windows. -> [B, N]"""
-    B, W = pl.thread_group.shape
-    key = pl.exec_group + W * np.arange(B)[:, None]  # [B, N]
-    group_share = np.bincount(key.ravel(), np.broadcast_to(share, key.shape).ravel(), B * W)[key]
-    q = np.clip(share / np.maximum(group_share, 1e-300), 1e-12, 1 - 1e-12)
-    return -np.expm1(window * np.log1p(-q)) / (window * q) if window > 1 else np.ones_like(q)
+def batches_per_query(share: np.ndarray, pl: Placement, X: np.ndarray, batch_queries: int, wait_s: float) -> np.ndarray:
+    """Expected batches per query of each slice under the runtime's per-slice batching (§14.3):
+    a worker runs a slice's batch when it holds batch_queries queries or its oldest query waited
+    wait_s, so a slice arriving at rate lam on one worker runs batches of
+    b = min(batch_queries, max(1, lam * wait_s)) queries. Slice s's queries at throughput X
+    [B] are spread over the threads of its execution group: lam = X p_s / threads. -> [B, N]"""
+    lam = X[:, None] * share[None, :] / _threads_per_slice(pl)
+    return 1.0 / np.clip(lam * wait_s, 1.0, float(batch_queries))
 
 
 def _pos(v: np.ndarray) -> np.ndarray:
@@ -133,7 +128,7 @@ def _instructions(prof: SliceProfile, obj: Objects, pl: Placement, scan_key_insn
     leaf = (obj.visits * obj.is_leaf).sum(1)  # [N]
     inner = (obj.visits * ~obj.is_leaf).sum(1)
     per_slice = (INSN_DISPATCH + INSN_INNER * inner + INSN_LEAF * leaf + INSN_UPDATE * update
-                 + INSN_INSERT * insert + scan_key_insn * prof.scan_keys * scan)  # fmt: skip
+                 + (INSN_INSERT + INSN_SPLIT / prof.split_every) * insert + scan_key_insn * prof.scan_keys * scan)  # fmt: skip
     return per_slice[None, :] + INSN_SHARED_QUEUE * pl.shared
 
 
@@ -193,6 +188,23 @@ class _Loads:
         ekey = (key[..., None] * M * M + np.arange(M * M)).ravel()
         self.mem_w = np.bincount(ekey, ep.ravel(), B * W * M * M).reshape(B * W, M * M)[self.tkey].reshape(B, W, M * M)
         self.mem_w /= n_threads[..., None]
+        cal = hw.calibration
+        self.batch_ns = None if cal is None or cal.batch_ns is None else cal.batch_ns
+        self._cal = cal
+        self._share, self._pl, self._key, self._n_threads = prof.share, pl, key, n_threads
+
+    def batch_slice_ns(self, X: np.ndarray) -> np.ndarray:
+        """Per-batch cost per query of each slice at X [B] -> [B, N] (0 without batch_ns)."""
+        if self.batch_ns is None:
+            return np.zeros(self._key.shape)
+        cal = self._cal
+        return self.batch_ns * batches_per_query(self._share, self._pl, X, cal.batch_queries, cal.batch_wait_us * 1e-6)
+
+    def batch_thread_ns(self, X: np.ndarray) -> np.ndarray:
+        """The same per thread and workload query [B, W] (a group's work spread over its threads)."""
+        B, W = self._n_threads.shape
+        v = self.batch_slice_ns(X) * self._share
+        return np.bincount(self._key.ravel(), v.ravel(), B * W)[self.tkey].reshape(B, W) / self._n_threads
 
 
 def loaded_latency(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -214,7 +226,7 @@ def thread_util(hw: HW, ld: _Loads, lat: np.ndarray, X: np.ndarray) -> np.ndarra
     A group's work is spread evenly over its threads; a busy sibling slows a thread's compute by
     beta_c and its stalls by beta_m, times the sibling's utilisation."""
     B, W = ld.comp.shape
-    stall = ld.fixed + (ld.mem_w @ lat.reshape(B, -1, 1))[..., 0]  # [B, W] ns per workload query
+    stall = ld.fixed + ld.batch_thread_ns(X) + (ld.mem_w @ lat.reshape(B, -1, 1))[..., 0]  # [B, W] ns per workload query
     c, m = ld.comp * X[:, None] * 1e-9, stall * X[:, None] * 1e-9
     u = c + m
     ckey = (hw.worker_core[None, :] + hw.n_cores * np.arange(B)[:, None]).ravel()
@@ -254,7 +266,10 @@ def largest_feasible(hw: HW, ld: _Loads) -> np.ndarray:
     steps suffice; the bracket's feasible end is returned, so utilisation never exceeds 1."""
     f = lambda u: np.log(_pressure(hw, ld, np.exp(u))[0])
     b = -np.log(np.maximum(_pressure(hw, ld, np.ones(ld.comp.shape[0]))[0], 1e-30))  # SMT/queueing only slow
-    fb = np.maximum(f(b), 0.0)
+    fb = f(b)
+    while np.any(fb < 0):  # batches grow with X (§14.3): the cost per query falls, the root can lie above
+        b, fb = np.where(fb < 0, b + np.log(BRACKET), b), np.where(fb < 0, f(b + np.log(BRACKET)), fb)
+    fb = np.maximum(fb, 0.0)
     a = b - np.log(BRACKET)
     fa = f(a)
     while np.any(fa > 0):  # not feasible even at 1/BRACKET of the idle bound: widen
@@ -277,9 +292,9 @@ def _solution(hw: HW, pl: Placement, d: Demand, ld: _Loads, X: np.ndarray) -> So
     lat, rho_mem, rho_link = loaded_latency(hw, ld, X)
     mem_ns = np.einsum("bnm,bmk,bnk->bn", pl.E, lat, pl.P)  # [B, N]
     util = thread_util(hw, ld, lat, X)
-    base = (ld.comp + ld.fixed + (ld.mem_w @ lat.reshape(X.size, -1, 1))[..., 0]) * X[:, None] * 1e-9
+    base = (ld.comp + ld.fixed + ld.batch_thread_ns(X) + (ld.mem_w @ lat.reshape(X.size, -1, 1))[..., 0]) * X[:, None] * 1e-9
     return Solution(
-        X=X, t_ns=d.comp_ns + d.fixed_ns + d.mem_dep * mem_ns, mem_ns=mem_ns, thread_util=util,
+        X=X, t_ns=d.comp_ns + d.fixed_ns + ld.batch_slice_ns(X) + d.mem_dep * mem_ns, mem_ns=mem_ns, thread_util=util,
         rho_mem=rho_mem, rho_link=rho_link, node_read_bytes=ld.node_read, node_write_bytes=ld.node_write,
         link_bytes=ld.link, local_share=ld.local, smt_slowdown=_group_mean(pl, util / np.maximum(base, 1e-300), base > 0),
         bound=bound,

@@ -22,6 +22,21 @@ TOP_RANKS = 1 << 18
 YCSB_ITEM_COUNT = 10_000_000_000  # ScrambledZipfianGenerator.ITEM_COUNT  # Zipf ranks placed exactly; the remaining tail mass is spread evenly
 OPS = ("read", "update", "insert", "scan")
 N_LEAF_CLASSES = 8  # popularity classes of leaves per slice: sizes 1, 1, 2, 4, ..., rest
+INSERT_ORDERS = ("hashed", "append")
+# an insert into a random position shifts half a leaf; a full leaf splits in half, so at steady
+# fill (FILL) a leaf splits every LEAF_CAPACITY - FILL * LEAF_CAPACITY inserts. An append shifts
+# nothing and the rightmost leaf splits every LEAF_CAPACITY - LEAF_CAPACITY // 2 - 1 appends
+# (the left half stays behind, half full, and is never written again).
+SHIFT_LINES = {"hashed": 0.5 * 176 * 16 / 64, "append": 0.0}
+SPLIT_EVERY = {"hashed": float(LEAF_CAPACITY - 176), "append": float(LEAF_CAPACITY - LEAF_CAPACITY // 2 - 1)}
+
+
+def insert_order(dataset: str) -> str:
+    """Where the runtime's inserts land (runtime/src/workload.c new_key): `dense` appends keys past
+    the largest one, so every insert goes to the last slice's rightmost leaf; `uniform` draws
+    random 64-bit keys and `clustered` keys next to existing ones, both spread over the slices in
+    proportion to their records, like YCSB's insertorder=hashed."""
+    return "append" if dataset == "dense" else "hashed"
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,15 @@ class SliceProfile:
     inner_private: np.ndarray  # [N] level-1 inner nodes per slice (each visited 1/n per query)
     shared_levels: tuple[np.ndarray, ...]  # per upper level: [N] node id above each slice
     scan_keys: float  # mean keys read by a scan
+    inserts: str = "hashed"  # INSERT_ORDERS: where inserts land
+
+    @property
+    def insert_shift_lines(self) -> float:  # lines an insert shifts in its leaf
+        return SHIFT_LINES[self.inserts]
+
+    @property
+    def split_every(self) -> float:  # inserts between two splits of the inserted-into leaf
+        return SPLIT_EVERY[self.inserts]
 
     @property
     def share(self) -> np.ndarray:  # [N]
@@ -112,12 +136,20 @@ def key_mass(workload: Workload, n: int) -> tuple[np.ndarray, np.ndarray, float]
 
 
 @lru_cache(maxsize=64)
-def slice_profile(workload: Workload, n_records: int, n_slices: int) -> SliceProfile:
-    """Per-slice demand for equal-count slices (cached; arrays are shared, do not modify)."""
+def slice_profile(workload: Workload, n_records: int, n_slices: int, inserts: str = "hashed") -> SliceProfile:
+    """Per-slice demand for equal-count slices (cached; arrays are shared, do not modify).
+    inserts: "hashed" (even over the slices' leaves) or "append" (all on the last slice's
+    rightmost leaf); `insert_order(dataset)` says which the runtime does for a dataset."""
+    if inserts not in INSERT_ORDERS:
+        raise ValueError(f"inserts: must be one of {INSERT_ORDERS}, got {inserts!r}")
     geo = geometry(n_records)
     n_leaves = int(np.ceil(n_records / n_slices / geo.leaf_entries))  # Ls, leaves per slice
     req = _request_leaf_mass(workload, n_records, n_slices, n_leaves)  # [N, Ls]
-    ins = np.full((n_slices, n_leaves), 1.0 / (n_slices * n_leaves))  # hashed insert keys: even
+    if inserts == "hashed":
+        ins = np.full((n_slices, n_leaves), 1.0 / (n_slices * n_leaves))
+    else:
+        ins = np.zeros((n_slices, n_leaves))
+        ins[-1, -1] = 1.0
     mix = workload.mix
     op_share = np.stack([mix.read * req.sum(1), mix.update * req.sum(1), mix.insert * ins.sum(1), mix.scan * req.sum(1)])
     scan_leaves = 1.0 + (workload.mean_scan - 1.0) / geo.leaf_entries  # start leaf + followers
@@ -125,7 +157,7 @@ def slice_profile(workload: Workload, n_records: int, n_slices: int) -> SlicePro
     share = np.maximum(op_share.sum(0), 1e-300)  # [N]
     count, visits = _leaf_classes(visit_mass / share[:, None])
     private, shared = _upper_levels(geo, n_slices)
-    return SliceProfile(geo, op_share, count, visits, private, shared, workload.mean_scan)
+    return SliceProfile(geo, op_share, count, visits, private, shared, workload.mean_scan, inserts)
 
 
 def _request_leaf_mass(workload: Workload, n: int, n_slices: int, n_leaves: int) -> np.ndarray:
