@@ -1,10 +1,12 @@
 """The Decision Transformer: shapes, causality, masking, and a KV-cached rollout equal to the full forward."""
 
 import numpy as np
+import pytest
 import torch
 from conftest import small_machine
 
 from pmoss.bundle import Bundle, load_bundle, save_bundle
+from pmoss.errors import PmossError
 from pmoss.infer import propose, rollout, snapshot_inputs
 from pmoss.model import DecisionTransformer, DTConfig
 from pmoss.snapshot import SLICE_FEATURES
@@ -93,3 +95,9 @@ def test_propose_valid_schedule_and_cap(tmp_path):
     save_bundle(b, tmp_path / "model.pt")
     again = load_bundle(tmp_path)
     assert again.config == b.config and propose(again, m, row, cap=2) == s
+
+
+def test_machine_larger_than_the_tile_is_a_user_error():
+    m = small_machine(nodes=2, cpus_per_node=8)  # 2 x 7 workers (one router/sweeper CPU reserved per node) or more
+    with pytest.raises(PmossError, match=r"does not fit the model's 3x5 core tile.*--min-tile-cols"):
+        eligibility(m, 3, 5)

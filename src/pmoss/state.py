@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from pmoss.errors import PmossError
 from pmoss.machine import Machine
 
 
@@ -24,7 +25,8 @@ def tile_cells(machine: Machine, cols: int) -> list[int]:
 
 def eligibility(machine: Machine, rows: int, cols: int) -> torch.Tensor:
     if machine.numa_nodes > rows or max(len(w) for w in machine.workers_by_node) > cols:
-        raise ValueError(f"{machine.name}: {machine.numa_nodes} nodes x {max(len(w) for w in machine.workers_by_node)} workers does not fit the model's {rows}x{cols} core tile")
+        raise PmossError(f"{machine.name}: {machine.numa_nodes} nodes x {max(len(w) for w in machine.workers_by_node)} workers does not fit "
+                         f"the model's {rows}x{cols} core tile; train on a dataset built with `pmoss dataset build --min-tile-rows/--min-tile-cols`")  # fmt: skip
     e = torch.zeros(rows * cols, dtype=torch.bool)
     e[tile_cells(machine, cols)] = True
     return e
