@@ -165,7 +165,8 @@ def test_writes_in_a_shared_group_move_lock_and_written_lines_between_its_thread
         threads = _threads_per_slice(p)
         assert np.all(threads > 1)
         r0, r1 = _coherence(p, 0 * w, hits, hits), _coherence(p, w, hits, hits)
-        assert np.allclose(r0[2], 0) and np.allclose(r1[2], w * (1 - 1 / p.span) * (hits[2] - hits[0] + WRITE_SYNC_LINES))
+        assert np.allclose(r0[2], 0)
+        assert np.allclose(r1[2], w * (1 - 1 / p.span) * (hits[2] - hits[0] + WRITE_SYNC_LINES))
         extra = (r1[0] + r1[1]) - (r0[0] + r0[1]) + w * (1 - 1 / p.span) * (hits[2] - hits[0])  # lines not in c2c
         assert np.allclose(extra, WRITE_SYNC_LINES * w * np.maximum(1 / p.span - 1 / threads, 0))
     assert np.all(_coherence(one_domain, w, hits, hits)[1] > _coherence(one_domain, 0 * w, hits, hits)[1])
