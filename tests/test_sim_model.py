@@ -143,3 +143,32 @@ def test_os_default_first_touch_of_grown_pages():
     assert dense[0] == dense[1]
     interleave = throughput(m, "rsi-20-30-50", "uniform", [generate("os-interleave", m, N, 0)], n_records=big)[0]
     assert xs[-1] <= interleave * 1.001  # fully grown first touch spreads like execution: interleave at best
+
+
+def test_writes_in_a_shared_group_move_lock_and_written_lines_between_its_threads():
+    """A shared group's write takes the lock word and the written line from the last writer (§6):
+    from another L3 domain (c2c) with probability 1 - 1/span, from another core of the same
+    domain (an L3 hit's cost) with 1/span - 1/threads. One domain: no c2c, 2 w (1 - 1/threads)
+    extra L3-cost lines; one-core slices and read-only slices: none."""
+    from dataclasses import replace
+
+    from pmoss.sim.model import WRITE_SYNC_LINES, _coherence, _threads_per_slice
+
+    hw = hw_for(load_sim_machine("amd-milan-nps1"))
+    pl = from_schedules(hw, [generate("os-default", hw.machine, N, 0)])
+    one_domain = replace(pl, span=np.ones_like(pl.span))
+    rng = np.random.default_rng(0)
+    s1 = rng.uniform(0, 5, (1, N))
+    hits = (s1, s1 + 3, s1 + 6)  # L1 <= L2 <= L3 line hits
+    w = np.full(N, 0.5)
+    for p in (pl, one_domain):
+        threads = _threads_per_slice(p)
+        assert np.all(threads > 1)
+        r0, r1 = _coherence(p, 0 * w, hits, hits), _coherence(p, w, hits, hits)
+        assert np.allclose(r0[2], 0)
+        assert np.allclose(r1[2], w * (1 - 1 / p.span) * (hits[2] - hits[0] + WRITE_SYNC_LINES))
+        extra = (r1[0] + r1[1]) - (r0[0] + r0[1]) + w * (1 - 1 / p.span) * (hits[2] - hits[0])  # lines not in c2c
+        assert np.allclose(extra, WRITE_SYNC_LINES * w * np.maximum(1 / p.span - 1 / threads, 0))
+    assert np.all(_coherence(one_domain, w, hits, hits)[1] > _coherence(one_domain, 0 * w, hits, hits)[1])
+    one_core = from_actions(hw, np.zeros((1, N), dtype=np.int64))
+    assert np.allclose(_coherence(one_core, w, hits, hits)[1], _coherence(one_core, 0 * w, hits, hits)[1])

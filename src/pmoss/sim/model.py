@@ -23,6 +23,7 @@ NODE_LINES = 4096 / LINE
 INSN_DISPATCH, INSN_INNER, INSN_LEAF = 120.0, 55.0, 70.0
 INSN_UPDATE, INSN_INSERT, INSN_SPLIT, INSN_SCAN_KEY, INSN_SHARED_QUEUE = 40.0, 250.0, 300.0, 10.0, 40.0
 ROUTE_NS = 5.0  # router time per query (batched: hash, find slice, enqueue), one router per node (§8)
+WRITE_SYNC_LINES = 2.0  # lines a write takes from the last writer: the node's lock word and the written line (RFO)
 HANDOFF_LINES = 0.25  # queue-entry lines a worker pulls from its router per query (16 B entries)
 QUEUE_C = 0.5  # loaded-latency curve: q(rho) = 1 + QUEUE_C rho^2 / (1 - rho) (§7)
 RHO_MAX = 0.995
@@ -105,14 +106,17 @@ def _pos(v: np.ndarray) -> np.ndarray:
 def _coherence(pl: Placement, wfrac: np.ndarray, hits: tuple, leaf_hits: tuple) -> tuple[np.ndarray, ...]:
     """L2-hit, L3-hit and cache-to-cache lines per query [B, N] once writes by other threads of a
     shared group invalidate copies: lost L2 copies refill from the L3 (the group's other threads),
-    lost L3 copies come from another domain, plus the lock and RFO lines of each write (§6).
+    lost L3 copies come from another domain, plus the lock and RFO lines of each write (§6): from
+    another domain when the last writer ran there (1 - 1/span), from another core's private
+    cache in the same domain at an L3 hit's cost otherwise (1/span - 1/threads).
     hits / leaf_hits: lines hitting L1, L2, L3 (all classes / leaves only)."""
     (S1, S2, S3), (L1, L2, L3) = hits, leaf_hits
-    l2_lost = wfrac * (1 - 1 / _threads_per_slice(pl)) * (L2 - L1)
+    threads = _threads_per_slice(pl)
+    l2_lost = wfrac * (1 - 1 / threads) * (L2 - L1)
     l3_lost = wfrac * (1 - 1 / pl.span)
     l2 = _pos(S2 - S1 - l2_lost)
-    l3 = _pos(S3 - S2 + l2_lost - l3_lost * (L3 - L1))
-    return l2, l3, l3_lost * (_pos(L3 - L1) + 2)
+    l3 = _pos(S3 - S2 + l2_lost - l3_lost * (L3 - L1)) + WRITE_SYNC_LINES * wfrac * _pos(1 / pl.span - 1 / threads)
+    return l2, l3, l3_lost * (_pos(L3 - L1) + WRITE_SYNC_LINES)
 
 
 def _threads_per_slice(pl: Placement) -> np.ndarray:
