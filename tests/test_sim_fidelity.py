@@ -36,6 +36,7 @@ def test_runtime_check_reports_the_latest_recorded_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ci  # ~5 s: it caught a model change (dense appends) that pushed the spread to 10x
 def test_paper_grid_winners_differ_and_spread_is_paper_like():
     checks = fidelity_checks(fidelity_table(oracle_budget=200))
     assert checks["winners_differ"]

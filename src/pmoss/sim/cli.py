@@ -43,23 +43,27 @@ def describe_command(name: Annotated[str, typer.Argument(help="Machine name (see
 def fidelity_command(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the table and checks as JSON here.")] = None,
     oracle_budget: Annotated[int, typer.Option(help="Model evaluations per oracle search.")] = 600,
+    dataset: Annotated[str, typer.Option("--dataset", "-d", help=f"One of {', '.join(DATASETS)}. Default uniform: YCSB's default "
+                                         "insertorder=hashed spreads inserts over the slices; dense appends every insert to the last slice.")] = "uniform",
 ) -> None:
     """Paper machines x paper workloads under every baseline kind and the oracle (noise-free model)."""
     from pmoss.sim.fidelity import fidelity_checks, fidelity_table
 
     if oracle_budget <= 0:
         raise SimInputError(f"oracle_budget: must be positive, got {oracle_budget}")
-    rows = fidelity_table(oracle_budget=oracle_budget)
+    if dataset not in DATASETS:
+        raise SimInputError(f"dataset: unknown {dataset!r}; one of {', '.join(DATASETS)}")
+    rows = fidelity_table(dataset=dataset, oracle_budget=oracle_budget)
     checks = fidelity_checks(rows)
-    Console(width=max(out.width, 200)).print(_fidelity_rich(rows))  # 15 columns: never wrap them
+    Console(width=max(out.width, 200)).print(_fidelity_rich(rows, dataset))  # 15 columns: never wrap them
     out.print(json.dumps(checks, indent=1))
     if output:
         atomic_write_text(output, json.dumps({"source": "sim", "rows": rows, "checks": checks}, indent=1) + "\n")
         out.print(f"wrote {output}")
 
 
-def _fidelity_rich(rows: list[dict]) -> Table:
-    table = Table(title="Throughput, Mq/s (source=sim, noise-free model, dataset=dense, 256 slices)")
+def _fidelity_rich(rows: list[dict], dataset: str) -> Table:
+    table = Table(title=f"Throughput, Mq/s (source=sim, noise-free model, dataset={dataset}, 256 slices)")
     for col in ("machine", "workload", *BASELINE_KINDS, "oracle", "best baseline", "best/worst baseline"):
         table.add_column(col, justify="left" if col in ("machine", "workload", "best baseline") else "right")
     for r in rows:
