@@ -82,16 +82,27 @@ static void test_software_counts(void)
         p[i * pg] = 1;
     for (int i = 0; i < 20; i++)
         usleep(1000); /* sleeping gives the CPU away: context switches */
-    pm_probe_read(st, v2);
+    /* rusage's window [ru0, ru1] lies inside the probe's [v1, v2], so every
+     * event rusage saw, the probe saw too (a preemption during the last
+     * read() must not count for one side only) */
     getrusage(RUSAGE_THREAD, &ru1);
+    pm_probe_read(st, v2);
     int pf = pm_feature_index("page_faults"), cs = pm_feature_index("context_switches");
-    /* perf counts every fault entry, rusage the handled ones: perf >= rusage,
-     * plus a little slack for the faults of the reads themselves */
     uint64_t ru_pf = (uint64_t)((ru1.ru_minflt - ru0.ru_minflt) + (ru1.ru_majflt - ru0.ru_majflt));
     uint64_t ru_cs = (uint64_t)((ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw));
-    CHECK(ru_pf >= 1 && v2[pf] - v1[pf] >= ru_pf && v2[pf] - v1[pf] <= ru_pf + 64,
-          "page_faults grew %llu for %zu pages, rusage says %llu", (unsigned long long)(v2[pf] - v1[pf]), n,
-          (unsigned long long)ru_pf);
+    uint64_t d_pf = v2[pf] - v1[pf];
+    /* perf counts every fault taken from user mode, rusage those plus faults
+     * the kernel takes on the thread's behalf (get_user_pages: populate,
+     * mlock) which perf skips by design. TSan's runtime has the kernel
+     * populate shadow pages that way (seen in CI: perf 2, rusage 3078), so
+     * there only the upper bound holds. */
+#if defined(__SANITIZE_THREAD__)
+    uint64_t pf_floor = 1;
+#else
+    uint64_t pf_floor = ru_pf;
+#endif
+    CHECK(ru_pf >= 1 && d_pf >= pf_floor && d_pf <= ru_pf + 64, "page_faults grew %llu for %zu pages, rusage says %llu",
+          (unsigned long long)d_pf, n, (unsigned long long)ru_pf);
     CHECK(ru_cs >= 10 && v2[cs] - v1[cs] >= ru_cs && v2[cs] - v1[cs] <= ru_cs + 8,
           "context_switches grew %llu over 20 sleeps, rusage says %llu", (unsigned long long)(v2[cs] - v1[cs]),
           (unsigned long long)ru_cs);
