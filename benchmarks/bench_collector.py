@@ -12,7 +12,7 @@ for its whole batch; queries wait), so every wait W is measured three ways:
 - off_batched: no probe, same batching (wait W) -- the baseline for the probing overhead proper;
 - off: no probe, no wait (the runtime's default without a probe) -- what a run without profiling
   looks like end to end.
-Each configuration is its own runtime (1M dense keys, 256 slices, os-default schedule, --workers
+Each configuration is its own runtime (--keys dense keys: 1M and 10M by default, 256 slices, os-default schedule, --workers
 workers); each round runs every configuration once, in rotated order, with the same seed, so
 drift in machine load hits all alike; figures are medians over the rounds. --workers 1 (default)
 keeps the worker the bottleneck, as with the paper's reserved router cores: on a 2-CPU host, two
@@ -26,6 +26,7 @@ Records (docs/benchmarks.md, "Collector overhead"):
   throughput ratio), throughput of off and on/off ratio, p50/p99 latency of on, off_batched and
   off, host load.
 - collector_overhead_ycsb_c_wait_<us>: the same for each --waits value (the trade-off).
+- collector_overhead_ycsb_{c,a}_keys_10m: the same on plan.py's default index size (10M keys).
 - collector_probe_read: ns per probe reading (build/runtime/pmoss_bench_probe) vs one getpid
   system call timed the same way in the same run.
 - collector_sweep_round: one sweeping round (runtime snapshot of all per-slice counters) vs a
@@ -50,6 +51,7 @@ from pmoss.testbed import Testbed
 from pmoss.topology import discover
 
 KEYS, SLICES, GRANULARITY = 1_000_000, 256, 100
+PLAN_KEYS = 10_000_000  # plan.py's default n_records: the index size datasets are collected at
 
 
 @dataclass
@@ -73,9 +75,9 @@ def _load() -> str:
     return "load average %.2f %.2f %.2f" % os.getloadavg()
 
 
-def overhead(workload: str, waits: list[int], seconds: float, rounds: int, workers: int, read_ns: float) -> None:
+def overhead(workload: str, waits: list[int], seconds: float, rounds: int, workers: int, read_ns: float, keys: int = KEYS) -> None:
     def runtime(**kw: Any) -> Config:
-        return Config(Runtime(KEYS, n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers, **kw))
+        return Config(Runtime(keys, n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers, **kw))
 
     off = runtime()
     pairs = {w: (runtime(batch_max_wait_us=w), runtime(batch_max_wait_us=w, probe="auto")) for w in waits}
@@ -94,8 +96,9 @@ def overhead(workload: str, waits: list[int], seconds: float, rounds: int, worke
         # load-robust estimate: read time per query over worker time per query
         est = 100 * batching["reads_per_query"] * read_ns * 1e-9 * v / n_workers
         name = f"collector_overhead_{workload.replace('-', '_')}" + ("" if w == BATCH_MAX_WAIT_US_DEFAULT else f"_wait_{w}")
+        name += "" if keys == KEYS else f"_keys_{keys // 1_000_000}m"
         write_record(
-            name, f"{workload} throughput with per-slice profiling (probe auto, batches of <= {GRANULARITY} queries per slice, max wait {w} us, {workers or 'all'} worker(s))",
+            name, f"{workload} throughput, {keys:,} keys, with per-slice profiling (probe auto, batches of <= {GRANULARITY} queries per slice, max wait {w} us, {workers or 'all'} worker(s))",
             v, "queries/s", f"same batching without probe (same run, interleaved, median of {rounds} x {seconds} s)", b,
             loss_pct=100 * (1 - v / b), goal_loss_pct=1.0, meets_target=v / b >= 0.99, batch_max_wait_us=w, workers=n_workers, **batching, est_probe_loss_pct=est,
             throughput_off=t_off, ratio_vs_off=v / t_off,
@@ -131,13 +134,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--workers", type=int, default=1, help="worker threads (default 1; 0 = one per usable CPU)")
     ap.add_argument("--waits", default="1000,100000", help="extra batch_max_wait_us values for ycsb-c, comma-separated ('' for none)")
+    ap.add_argument("--keys", default=f"{KEYS},{PLAN_KEYS}",
+                    help=f"index sizes, comma-separated (default {KEYS},{PLAN_KEYS}: an in-cache tree, where a reading weighs most, and plan.py's default n_records; the --waits sweep runs at the first)")
     args = ap.parse_args()
     if not (library_path().parent / "pmoss_bench_probe").exists():
         raise SystemExit(f"{library_path().parent}/pmoss_bench_probe missing: cmake -S . -B build && cmake --build build")
     extra = [int(w) for w in args.waits.split(",") if w.strip() and int(w) != BATCH_MAX_WAIT_US_DEFAULT]
     read_ns = probe_read()
-    overhead("ycsb-c", [BATCH_MAX_WAIT_US_DEFAULT, *extra], args.seconds, args.rounds, args.workers, read_ns)
-    overhead("ycsb-a", [BATCH_MAX_WAIT_US_DEFAULT], args.seconds, args.rounds, args.workers, read_ns)
+    for i, keys in enumerate(int(k) for k in args.keys.split(",")):
+        overhead("ycsb-c", [BATCH_MAX_WAIT_US_DEFAULT, *(extra if i == 0 else [])], args.seconds, args.rounds, args.workers, read_ns, keys)
+        overhead("ycsb-a", [BATCH_MAX_WAIT_US_DEFAULT], args.seconds, args.rounds, args.workers, read_ns, keys)
     sweep_round()
 
 

@@ -125,6 +125,23 @@ def test_collector_probe_software() -> None:
         rtmod.Runtime(n_keys=100, n_slices=2, probe="magic")
 
 
+def test_collector_probe_hardware_only() -> None:
+    """hardware-only reaches the collector as hardware mode + hardware_only: without a PMU the
+    run fails (hardware mode never degrades); with one, the software extras are null."""
+    try:
+        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="hardware-only")
+    except rtmod.NativeRuntimeError as exc:
+        pytest.skip(f"collector not linked into libpmoss: {exc}")
+    try:
+        out = rt.run("ycsb-c", 0.1)
+    except rtmod.NativeRuntimeError:
+        assert not Path("/sys/bus/event_source/devices/cpu").exists(), "a PMU is there: hardware-only must open"
+        return
+    stats = out["stats"].slices.to_pydict()
+    busy = [i for i, q in enumerate(out["slice_queries"]) if q > 0]
+    assert all(stats["task_clock_ns"][i] > 0 and stats["page_faults"][i] is None for i in busy)
+
+
 def test_batches_and_probe_reads() -> None:
     """Per-slice batches: a run of B batches costs B + 1 probe reads; without a probe, no reads."""
     try:

@@ -24,7 +24,7 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-    pm_probe_config cfg = {PM_MODE_AUTO, NULL, 0};
+    pm_probe_config cfg = {PM_MODE_AUTO, NULL, 0, 0};
     if (argc > 1 && strcmp(argv[1], "software") == 0)
         cfg.mode = PM_MODE_SOFTWARE;
     void *st;

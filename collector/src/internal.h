@@ -36,6 +36,14 @@ static inline int pm_perf_event_open(struct perf_event_attr *attr, pid_t pid, in
     return fd < 0 ? -errno : (int)fd;
 }
 
+/* One event's count, time_enabled and time_running from its perf mmap page
+ * without a system call (the self-monitoring sequence of linux/perf_event.h,
+ * x86 only). Returns 0, or -EAGAIN when the page does not allow it (no
+ * cap_user_rdpmc, or times that would be stale without cap_user_time): the
+ * caller then read()s. In probe.c; declared here for its test. */
+int pm_mmap_read(const volatile struct perf_event_mmap_page *pc, uint64_t *count, uint64_t *enabled,
+                 uint64_t *running);
+
 /* libpfm4 initialised once per process: 0 or -EOPNOTSUPP. */
 int pm_pfm_ready(void);
 

@@ -3,8 +3,9 @@
  * boundaries.
  *
  * Groups: one software group (task-clock leads page-faults and
- * context-switches; the kernel always schedules software events) and
- * hardware groups of at most PM_GROUP_HW events with at most one off-core
+ * context-switches; the kernel always schedules software events; not opened
+ * with hardware_only, where task-clock is the first hardware group's
+ * time_enabled) and hardware groups of at most PM_GROUP_HW events with at most one off-core
  * response event each (those share one extra MSR per slot, so two in a group
  * could never be scheduled together). A group's members are counted over
  * exactly the same time, so ratios inside a group are exact even while the
@@ -48,6 +49,7 @@ typedef struct pm_probe_state {
     const char *mode;  /* "hardware" | "software" */
     const char *model; /* NULL in software mode */
     int use_rdpmc;
+    int task_from_enabled; /* hardware_only: task_clock_ns = group 0's time_enabled */
     size_t page_size;
     uint64_t rdpmc_reads, syscall_reads;
 } pm_probe_state;
@@ -167,7 +169,7 @@ static void probe_free(pm_probe_state *s)
 
 int pm_probe_open(void *ctx, int worker_cpu, void **state)
 {
-    static const pm_probe_config DEFAULT = {PM_MODE_AUTO, NULL, 0};
+    static const pm_probe_config DEFAULT = {PM_MODE_AUTO, NULL, 0, 0};
     const pm_probe_config *cfg = ctx ? ctx : &DEFAULT;
     if (!state || worker_cpu < -1 || cfg->mode < PM_MODE_AUTO || cfg->mode > PM_MODE_SOFTWARE)
         return -EINVAL;
@@ -201,6 +203,11 @@ int pm_probe_open(void *ctx, int worker_cpu, void **state)
                 return rc;
             }
         }
+    }
+    if (s->model && cfg->hardware_only) {
+        s->task_from_enabled = 1;
+        *state = s;
+        return 0;
     }
     rc = open_software(s);
     if (rc < 0) {
@@ -250,62 +257,87 @@ static inline uint64_t pm_rdtsc(void)
     return lo | ((uint64_t)hi << 32);
 }
 
-/* The self-monitoring sequence of linux/perf_event.h: count, enabled and
- * running of one event without a syscall. Returns 0, or -EAGAIN when the
- * event is not on a counter right now (multiplexed out) or rdpmc is off. */
-static int mmap_read(struct perf_event_mmap_page *pc, uint64_t *count, uint64_t *enabled, uint64_t *running)
+/* The self-monitoring sequence of linux/perf_event.h. With cap_user_time the
+ * TSC gives the time since the page's last update, so enabled (and running,
+ * if the event is on a counter) are fresh; an event multiplexed out
+ * (index 0) then still reads without a syscall: its count is the page's
+ * offset. Without cap_user_time the page's times are as of the last update:
+ * still right for the scaling ratio of an event that runs and never was
+ * multiplexed (enabled == running), so that case returns 1 (times stale). */
+int pm_mmap_read(const volatile struct perf_event_mmap_page *pc, uint64_t *count, uint64_t *enabled,
+                 uint64_t *running)
 {
-    uint32_t seq, idx, width;
-    uint64_t cyc = 0, en, run, offset, time_offset = 0;
+    uint32_t seq, idx, width = 0;
+    uint64_t cyc = 0, en, run, offset, time_offset = 0, time_cycles = 0, time_mask = 0;
     uint32_t time_mult = 0, time_shift = 0;
-    int user_time;
-    int64_t pmc;
+    int user_time, time_short = 0;
+    int64_t pmc = 0;
     do {
         seq = pc->lock;
         atomic_signal_fence(memory_order_seq_cst); /* the kernel's barrier() */
+        if (!pc->cap_user_rdpmc)
+            return -EAGAIN;
         en = pc->time_enabled;
         run = pc->time_running;
         user_time = pc->cap_user_time;
-        if (user_time && en != run) {
+        if (user_time) {
             cyc = pm_rdtsc();
             time_offset = pc->time_offset;
             time_mult = pc->time_mult;
             time_shift = pc->time_shift;
+            time_short = pc->cap_user_time_short;
+            time_cycles = pc->time_cycles;
+            time_mask = pc->time_mask;
         }
         idx = pc->index;
-        offset = pc->offset;
-        if (!pc->cap_user_rdpmc || idx == 0)
-            return -EAGAIN;
-        width = pc->pmc_width;
-        pmc = (int64_t)pm_rdpmc(idx - 1);
-        pmc <<= 64 - width; /* sign-extend the counter's width */
-        pmc >>= 64 - width;
+        offset = (uint64_t)pc->offset;
+        if (idx) {
+            width = pc->pmc_width;
+            pmc = (int64_t)pm_rdpmc(idx - 1);
+        }
         atomic_signal_fence(memory_order_seq_cst);
     } while (pc->lock != seq);
-    if (en != run) {
-        if (!user_time)
-            return -EAGAIN;
-        uint64_t quot = cyc >> time_shift, rem = cyc & (((uint64_t)1 << time_shift) - 1);
-        uint64_t delta = time_offset + quot * time_mult + ((rem * time_mult) >> time_shift);
-        en += delta;
-        run += delta; /* idx != 0: the event is running right now */
+    if (!user_time && (idx == 0 || en != run))
+        return -EAGAIN;
+    if (idx) {
+        pmc = (int64_t)((uint64_t)pmc << (64 - width)) >> (64 - width); /* sign-extend the counter's width */
+        offset += (uint64_t)pmc;
     }
-    *count = offset + (uint64_t)pmc;
-    *enabled = en;
-    *running = run;
+    *count = offset;
+    if (!user_time) {
+        *enabled = en;
+        *running = run;
+        return 1;
+    }
+    if (time_short)
+        cyc = time_cycles + ((cyc - time_cycles) & time_mask);
+    uint64_t quot = cyc >> time_shift, rem = cyc & (((uint64_t)1 << time_shift) - 1);
+    uint64_t delta = time_offset + quot * time_mult + ((rem * time_mult) >> time_shift);
+    *enabled = en + delta;
+    *running = run + (idx ? delta : 0);
     return 0;
+}
+#else
+int pm_mmap_read(const volatile struct perf_event_mmap_page *pc, uint64_t *count, uint64_t *enabled,
+                 uint64_t *running)
+{
+    (void)pc, (void)count, (void)enabled, (void)running;
+    return -EAGAIN;
 }
 #endif
 
-/* Raw cumulative counts and times of a group. Returns 0 or -EIO. */
-static int group_read_raw(pm_probe_state *s, pm_group *g, uint64_t *raw, uint64_t *enabled, uint64_t *running)
+/* Raw cumulative counts and times of a group. fresh: the times must be
+ * current (they give task_clock_ns), not as of the page's last update.
+ * Returns 0 or -EIO. */
+static int group_read_raw(pm_probe_state *s, pm_group *g, int fresh, uint64_t *raw, uint64_t *enabled,
+                          uint64_t *running)
 {
-#if defined(__x86_64__) || defined(__i386__)
     if (s->use_rdpmc && g->page[0]) {
         int ok = 1;
         for (int i = 0; i < g->n && ok; i++) {
             uint64_t en, run;
-            ok = g->page[i] && mmap_read(g->page[i], &raw[i], &en, &run) == 0;
+            int rc = g->page[i] ? pm_mmap_read(g->page[i], &raw[i], &en, &run) : -EAGAIN;
+            ok = rc == 0 || (rc == 1 && !fresh);
             if (ok && i == 0) {
                 *enabled = en;
                 *running = run;
@@ -316,7 +348,6 @@ static int group_read_raw(pm_probe_state *s, pm_group *g, uint64_t *raw, uint64_
             return 0;
         }
     }
-#endif
     uint64_t buf[3 + PM_GROUP_MAX];
     ssize_t want = (ssize_t)((3 + g->n) * sizeof(uint64_t));
     if (read(g->fd[0], buf, sizeof(buf)) < want || buf[0] != (uint64_t)g->n)
@@ -339,8 +370,11 @@ void pm_probe_read(void *state, uint64_t *values)
     for (int gi = 0; gi < s->n_groups; gi++) {
         pm_group *g = &s->group[gi];
         uint64_t raw[PM_GROUP_MAX] = {0}, en = 0, run = 0;
-        if (group_read_raw(s, g, raw, &en, &run) != 0)
+        int clock = s->task_from_enabled && gi == 0;
+        if (group_read_raw(s, g, clock, raw, &en, &run) != 0)
             continue; /* values stay unavailable for this window */
+        if (clock)
+            values[PM_FEATURE_TASK_CLOCK] = en; /* per thread: its CPU time since open */
         uint64_t d_en = en - g->last_enabled, d_run = run - g->last_running;
         g->running_total = run;
         for (int i = 0; i < g->n; i++) {

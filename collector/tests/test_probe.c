@@ -4,7 +4,7 @@
  * unavailable, never 0.
  */
 #define _GNU_SOURCE
-#include "pmoss/collector.h"
+#include "internal.h"
 #include "check.h"
 
 #include <errno.h>
@@ -45,7 +45,7 @@ static const int TASK = PM_FEATURE_TASK_CLOCK;
 
 static void test_software_counts(void)
 {
-    pm_probe_config cfg = {PM_MODE_SOFTWARE, NULL, 0};
+    pm_probe_config cfg = {PM_MODE_SOFTWARE, NULL, 0, 0};
     void *st = NULL;
     int rc = pm_probe_open(&cfg, -1, &st);
     CHECK(rc == 0, "open software: %d", rc);
@@ -138,7 +138,7 @@ static void test_software_unprivileged(void)
         memset(none, 0, sizeof(none));
         if (syscall(SYS_capset, &hdr, none) != 0)
             _exit(3);
-        pm_probe_config cfg = {PM_MODE_SOFTWARE, NULL, 0};
+        pm_probe_config cfg = {PM_MODE_SOFTWARE, NULL, 0, 0};
         void *st = NULL;
         if (pm_probe_open(&cfg, -1, &st) != 0)
             _exit(4);
@@ -169,13 +169,82 @@ static void test_modes(void)
           pm_probe_counter_mode(st));
     pm_probe_close(st);
     if (!has_pmu) {
-        pm_probe_config hw = {PM_MODE_HARDWARE, NULL, 0};
+        pm_probe_config hw = {PM_MODE_HARDWARE, NULL, 0, 0};
         st = NULL;
         int rc = pm_probe_open(&hw, 0, &st);
         CHECK(rc < 0 && st == NULL, "hardware mode without a PMU must fail, got %d", rc);
     }
     CHECK(pm_probe_open(NULL, -2, &st) == -EINVAL, "bad cpu");
     pm_probe_close(NULL);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static uint64_t tsc(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    return lo | ((uint64_t)hi << 32);
+}
+
+/* The syscall-free read on pages the kernel would write (no PMU here, so
+ * the pages are built by hand; index 0 keeps rdpmc out of it): an event
+ * multiplexed out reads its offset as the count, and with user time its
+ * enabled time moves on by the TSC delta while running stays. */
+static void test_mmap_read(void)
+{
+    static struct perf_event_mmap_page pc;
+    uint64_t c = 0, en = 0, run = 0;
+    memset(&pc, 0, sizeof(pc));
+    pc.offset = 1234;
+    pc.time_enabled = 1000;
+    pc.time_running = 400;
+    CHECK(pm_mmap_read(&pc, &c, &en, &run) == -EAGAIN, "no cap_user_rdpmc: read() instead");
+    pc.cap_user_rdpmc = 1;
+    CHECK(pm_mmap_read(&pc, &c, &en, &run) == -EAGAIN, "multiplexed out without user time: times stale");
+    /* delta = time_offset + cyc * 1 (shift 0): ns = TSC ticks since t0 */
+    uint64_t t0 = tsc();
+    pc.cap_user_time = 1;
+    pc.time_mult = 1;
+    pc.time_shift = 0;
+    pc.time_offset = (uint64_t)0 - t0;
+    int rc = pm_mmap_read(&pc, &c, &en, &run);
+    uint64_t t1 = tsc();
+    CHECK(rc == 0 && c == 1234, "count of an event not on a counter = offset: rc %d count %llu", rc,
+          (unsigned long long)c);
+    CHECK(en >= 1000 && en <= 1000 + (t1 - t0) && run == 400, "enabled %llu (+%llu at most) running %llu",
+          (unsigned long long)en, (unsigned long long)(t1 - t0), (unsigned long long)run);
+    /* a short time counter (cap_user_time_short) wraps within time_mask */
+    pc.cap_user_time_short = 1;
+    pc.time_cycles = t0;
+    pc.time_mask = ~(uint64_t)0;
+    CHECK(pm_mmap_read(&pc, &c, &en, &run) == 0 && en >= 1000 && en <= 1000 + (tsc() - t0),
+          "short time: enabled %llu", (unsigned long long)en);
+}
+#endif
+
+/* hardware_only changes hardware mode only: without a PMU the software
+ * group still counts; with one, task_clock_ns comes from time_enabled and
+ * the software extras are null. */
+static void test_hardware_only(void)
+{
+    pm_probe_config cfg = {PM_MODE_AUTO, NULL, 0, 1};
+    void *st = NULL;
+    CHECK(pm_probe_open(&cfg, -1, &st) == 0, "open hardware_only");
+    if (!st)
+        return;
+    int hw = strcmp(pm_probe_counter_mode(st), "hardware") == 0;
+    uint64_t v0[PM_PROBE_N_VALUES], v1[PM_PROBE_N_VALUES];
+    pm_probe_read(st, v0);
+    double t0 = now_s();
+    busy(0.02);
+    double cpu_ns = (now_s() - t0) * 1e9;
+    pm_probe_read(st, v1);
+    uint64_t dt = v1[TASK] - v0[TASK];
+    CHECK(dt >= 0.9 * cpu_ns && dt <= 1.1 * cpu_ns + 2e6, "%s task_clock grew %llu ns over %.0f ns of CPU",
+          pm_probe_counter_mode(st), (unsigned long long)dt, cpu_ns);
+    int pf = pm_feature_index("page_faults");
+    CHECK((v1[pf] == PM_VALUE_UNAVAILABLE) == hw, "page_faults null exactly in hardware_only hardware mode");
+    pm_probe_close(st);
 }
 
 static void test_ctab(void)
@@ -208,6 +277,10 @@ int main(void)
     test_software_counts();
     test_software_unprivileged();
     test_modes();
+#if defined(__x86_64__) || defined(__i386__)
+    test_mmap_read();
+#endif
+    test_hardware_only();
     test_ctab();
     if (!failures)
         printf("ok\n");

@@ -55,6 +55,10 @@ static const char usage[] =
     "  --seconds T            run time (default 5)\n"
     "probe (when built with the collector):\n"
     "  --probe auto|software|hardware  read per-slice counters every --batch queries\n"
+    "  --probe hardware-only  hardware counters and no software events: task-clock\n"
+    "                         from the counters' enabled time, page faults and\n"
+    "                         context switches null; no system call per reading\n"
+    "                         where the kernel allows rdpmc and user time\n"
     "  --offcore[=SYSFS]      sweep the uncore PMUs found under SYSFS (default /sys:\n"
     "                         memory controllers, socket links) every round and\n"
     "                         print the run's bytes per node and link\n"
@@ -246,14 +250,16 @@ int main(int argc, char **argv)
     }
 
 #ifdef PMOSS_HAVE_COLLECTOR
-    pm_probe_config probe_cfg = {PM_MODE_AUTO, NULL, 0};
+    pm_probe_config probe_cfg = {PM_MODE_AUTO, NULL, 0, 0};
     if (probe) {
         if (!strcmp(probe, "software"))
             probe_cfg.mode = PM_MODE_SOFTWARE;
         else if (!strcmp(probe, "hardware"))
             probe_cfg.mode = PM_MODE_HARDWARE;
+        else if (!strcmp(probe, "hardware-only"))
+            probe_cfg.mode = PM_MODE_HARDWARE, probe_cfg.hardware_only = 1;
         else if (strcmp(probe, "auto")) {
-            fprintf(stderr, "pmoss-runtime: --probe takes auto, software or hardware\n");
+            fprintf(stderr, "pmoss-runtime: --probe takes auto, software, hardware or hardware-only\n");
             return 2;
         }
         cfg.probe = &pm_collector_probe_ops;

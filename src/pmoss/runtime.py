@@ -43,7 +43,7 @@ typedef struct pm_workload_spec {
 typedef struct pm_probe_ops {
     void *open; void *read; void *close; int n_values; const char *const *names;
 } pm_probe_ops;
-typedef struct pm_probe_config { int mode; const char *model; int disable_rdpmc; } pm_probe_config;
+typedef struct pm_probe_config { int mode; const char *model; int disable_rdpmc; int hardware_only; } pm_probe_config;
 extern pm_probe_ops pm_collector_probe_ops;  /* const in C; cffi ABI mode reads consts as values */
 typedef struct pm_uncore_ops {
     void *open; void *read; void *close; int n_values; const char *const *names;
@@ -98,7 +98,8 @@ uint64_t pm_runtime_n_keys(pm_runtime *rt);
 """
 
 _ERR_LEN = 512
-_PROBE_MODES = {"auto": 0, "hardware": 1, "software": 2}  # pm_counter_mode (collector.h)
+# pm_counter_mode (collector.h); "hardware-only" = hardware with pm_probe_config.hardware_only
+_PROBE_MODES = {"auto": 0, "hardware": 1, "software": 2, "hardware-only": 1}
 _ffi = FFI()
 _ffi.cdef(_CDEF)
 _lib: Any = None
@@ -200,7 +201,10 @@ class Runtime:
                  batch_max_wait_us: int | None = None, queue_capacity: int = 1024, routers_per_node: int = 1,
                  max_workers: int = 0, share_cpus: bool | None = None, probe: str | None = None,
                  offcore: str | None = None) -> None:
-        """probe: None (own counts only) or a collector counter mode: auto | software | hardware.
+        """probe: None (own counts only) or a collector counter mode: auto | software | hardware |
+        hardware-only (no software events: task_clock_ns from the counters' enabled time,
+        page_faults / context_switches null; readings without a system call where the kernel
+        allows rdpmc and user time).
         offcore: None (no off-core readings) or the sysfs root whose uncore PMUs (memory
         controllers, socket links) the off-core sweeper opens at every run start: "/sys" here.
 
@@ -227,7 +231,7 @@ class Runtime:
                 cfg.probe = _ffi.addressof(self._lib, "pm_collector_probe_ops")
             except AttributeError as exc:
                 raise NativeRuntimeError(f"{library_path()} was built without the collector: no probe") from exc
-            self._probe_cfg = _ffi.new("pm_probe_config *", {"mode": _PROBE_MODES[probe]})
+            self._probe_cfg = _ffi.new("pm_probe_config *", {"mode": _PROBE_MODES[probe], "hardware_only": int(probe == "hardware-only")})
             cfg.probe_ctx = self._probe_cfg
         if offcore is not None:
             try:

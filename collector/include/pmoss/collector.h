@@ -115,11 +115,17 @@ typedef enum pm_counter_mode {
 } pm_counter_mode;
 
 /* The ctx handed to pm_probe_open (through pm_runtime_config.probe_ctx).
- * NULL ctx means { PM_MODE_AUTO, NULL, 0 }. Must outlive the probes. */
+ * NULL ctx means { PM_MODE_AUTO, NULL, 0, 0 }. Must outlive the probes. */
 typedef struct pm_probe_config {
     pm_counter_mode mode;
     const char *model;    /* model key; NULL detects the host's */
     int disable_rdpmc;    /* 1: always read(); for overhead comparisons */
+    /* 1: in hardware mode open no software group: task_clock_ns is then the
+     * hardware groups' time_enabled (per thread it advances only while the
+     * thread runs: its CPU time), page_faults and context_switches are null,
+     * and a reading needs no system call where the kernel allows rdpmc and
+     * user time (cap_user_rdpmc, cap_user_time). No effect in software mode. */
+    int hardware_only;
 } pm_probe_config;
 
 /* Open the counters of the calling thread (pid 0, any CPU: they follow the
