@@ -15,7 +15,9 @@ in the calibration runs.
 Each rep (interleaved, so calibration and predicted runs see the same background load):
 1. Calibrate (single worker, uniform keys, single-operation runs, NOT the predicted mixes):
    worker CPU ns per query of point lookups (ycsb-c mix) with batches of 1 and of 100 queries
-   -> cost per batch (probe reading + stats) from the measured batches per query, and the read's
+   -> cost per batch (probe reading + stats) from the measured batches per query; of the same
+   lookups on a 60,000-key tree -> the share of the L3 the runtime's lines get (the model's rise
+   in lookup cost from the small to the full tree matches the measured rise), then the read's
    overhead beyond the modelled instructions; of scans of exactly 10 and 100 keys (scan mix) ->
    instructions per scanned key and the scan's overhead; of inserts: the last slice of a uniform
    rsi-25-50-25 run with 1-key scans, where every insert lands (dense keys are appended) and
@@ -51,7 +53,7 @@ from pmoss.policies import generate
 from pmoss.runtime import Runtime, library_path
 from pmoss.schedule import ONE_CORE_KINDS
 from pmoss.sim import Calibration, simulate_batch, throughput
-from pmoss.sim.calibration import batch_ns_for, fit_op_ns, fit_scan_key_insn, model_batches_per_query, single_op
+from pmoss.sim.calibration import batch_ns_for, fit_l3_share, fit_op_ns, fit_scan_key_insn, model_batches_per_query, single_op
 from pmoss.testbed import Testbed
 from pmoss.topology import discover
 from pmoss.workload import get_workload
@@ -60,6 +62,7 @@ WORKLOADS = ("ycsb-c", "ycsb-a", "ycsb-e", "rsi-20-30-50")
 KINDS = ("sn-spread", "os-default")
 N_SLICES = 256
 SHORT, LONG = 10, 100  # scan lengths of the calibration scans
+SMALL_KEYS = 60_000  # a tree that fits the private caches: the L3 share comes from the rise beyond it
 BAND = 0.25
 
 
@@ -150,6 +153,7 @@ def fit(machine, n: int, cal_runs: list[dict], routes: list[float]) -> tuple[Cal
     net = lambda key: med(key) - batch * med(key, "batches_per_query")  # noqa: E731  the run's batch cost taken out
     cal = Calibration(route_ns=route, batch_ns=batch, shared_cpus=len(machine.worker_cpus),
                       source=f"{machine.name}: bench_sim_vs_runtime.py single-worker single-operation uniform runs")  # fmt: skip
+    cal = fit_l3_share(machine, net("lookup_small"), net("lookup_b100"), cal, n_small=SMALL_KEYS, n_large=n, n_slices=N_SLICES)
     short, long = single_op("scan", scan_len=SHORT), single_op("scan", scan_len=LONG)
     cal = fit_scan_key_insn(machine, short, long, net(f"scan{SHORT}"), net(f"scan{LONG}"), cal, n_records=n, n_slices=N_SLICES)
     inserts = statistics.median(insert_ns(r["inserts"], batch, cal) for r in cal_runs)
@@ -157,6 +161,7 @@ def fit(machine, n: int, cal_runs: list[dict], routes: list[float]) -> tuple[Cal
     cal = fit_op_ns(machine, ops, cal, n_records=n, n_slices=N_SLICES)
     lookup_bpq = model_batches_per_query(machine, single_op("read"), med("lookup_b100", "throughput"), cal, n_records=n, n_slices=N_SLICES)
     measured = {"lookup_b1_worker_ns": med("lookup_b1"), "lookup_b100_worker_ns": med("lookup_b100"),
+                f"lookup_{SMALL_KEYS}_keys_worker_ns": med("lookup_small"), "l3_share": cal.l3_share,
                 "lookup_b100_batches_per_query": med("lookup_b100", "batches_per_query"),
                 "lookup_b100_batches_per_query_model_at_measured_X": lookup_bpq,
                 f"scan{SHORT}_worker_ns": med(f"scan{SHORT}"), f"scan{LONG}_worker_ns": med(f"scan{LONG}"),
@@ -196,6 +201,7 @@ def main() -> None:
         cal_runs.append({
             "lookup_b1": calibration_run(args.keys, args.seconds, 1 + rep, "ycsb-c", batch=1, distribution="uniform"),
             "lookup_b100": calibration_run(args.keys, args.seconds, 1 + rep, "ycsb-c", distribution="uniform"),
+            "lookup_small": calibration_run(SMALL_KEYS, args.seconds, 1 + rep, "ycsb-c", distribution="uniform"),
             **{f"scan{k}": calibration_run(args.keys, args.seconds, 1 + rep, "scan", distribution="uniform", scan_min=k, scan_max=k)
                for k in (SHORT, LONG)},
             "inserts": calibration_run(args.keys, args.seconds, 1 + rep, "rsi-25-50-25", distribution="uniform", scan_min=1, scan_max=1),
@@ -226,7 +232,7 @@ def main() -> None:
             batches_per_query_model=pred["batches_per_query"], batches_per_query_model_at_measured_X=bpq_at_measured,
             batches_per_query_measured=med["batches_per_query"], probe_reads_per_query_measured=med["probe_reads_per_query"],
             calibration=dict(cal.__dict__), calibration_measurements=cal_measured,
-            calibrated_on="single-worker uniform runs: ycsb-c lookups (batches of 1 and 100 queries), scan-mix scans of 10 and 100 keys, "
+            calibrated_on=f"single-worker uniform runs: ycsb-c lookups (batches of 1 and 100 queries; {SMALL_KEYS} keys for the L3 share), scan-mix scans of 10 and 100 keys, "
                           "inserts from the last slice of rsi-25-50-25 with 1-key scans, router alone (ycsb-c)",
             host_load=_load(),
         )  # fmt: skip

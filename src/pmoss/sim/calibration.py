@@ -132,3 +132,29 @@ def fit_scan_key_insn(machine: Machine, short: Workload, long: Workload, t_short
     hw = hw_for(machine, cal)
     return replace(cal, scan_key_insn=scan_key_insn_for(t_long - t_short, tl - ts, dkeys, hw.uarch.ipc, machine.freq_ghz))
 
+
+
+L3_SHARE_MIN = 1 / 64
+L3_SHARE_STEPS = 14  # bisection in log share: |d share| / share < 0.03
+
+
+def fit_l3_share(machine: Machine, t_small: float, t_large: float, cal: Calibration, *, n_small: int, n_large: int,
+                 n_slices: int) -> Calibration:
+    """Share of the L3 the runtime gets (§14.3) such that the model's rise in single-worker
+    uniform lookup cost from a tree that fits the private caches (n_small keys) to the predicted
+    size (n_large) equals the measured rise t_large - t_small (ns, batch cost taken out of both).
+    Uniform keys only; the per-query overheads cancel in the difference. 1 when the measured
+    rise is no larger than the model's with the whole L3."""
+    lookup = single_op("read")
+    rise = lambda share: (worker_ns(machine, lookup, replace(cal, l3_share=share), n_records=n_large, n_slices=n_slices)[0]  # noqa: E731
+                          - worker_ns(machine, lookup, replace(cal, l3_share=share), n_records=n_small, n_slices=n_slices)[0])
+    target = t_large - t_small
+    if rise(1.0) >= target:
+        return replace(cal, l3_share=1.0)
+    if rise(L3_SHARE_MIN) <= target:
+        return replace(cal, l3_share=L3_SHARE_MIN)
+    lo, hi = np.log(L3_SHARE_MIN), 0.0  # rise(exp(lo)) > target >= rise(exp(hi)): rise falls as the share grows
+    for _ in range(L3_SHARE_STEPS):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if rise(float(np.exp(mid))) > target else (lo, mid)
+    return replace(cal, l3_share=float(np.exp(0.5 * (lo + hi))))

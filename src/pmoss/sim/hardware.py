@@ -124,6 +124,9 @@ class Calibration:
     shared_cpus: the routers run on the same CPUs as the workers (no reserved router CPUs): the
       busy time of all workers plus the routers' X * route_ns must fit into this many CPUs. May be
       fractional: the effective capacity the runtime gets on a host shared with other jobs.
+    l3_share: share of each L3 domain's capacity the runtime's lines get (§4, §14.3): a guest
+      whose L3 is shared with other tenants' cores keeps only part of it. Fitted from
+      single-worker uniform lookups on a small and a large tree (`calibration.fit_l3_share`).
     """
 
     ipc: float | None = None
@@ -134,6 +137,7 @@ class Calibration:
     scan_key_insn: float | None = None
     route_ns: float | None = None
     shared_cpus: float | None = None
+    l3_share: float | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -141,6 +145,8 @@ class Calibration:
             raise ValueError(f"Calibration.batch_queries / batch_wait_us: must be >= 1 / >= 0, got {self.batch_queries!r} / {self.batch_wait_us!r}")
         if self.op_ns is not None and (len(self.op_ns) != 4 or not all(np.isfinite(v) for v in self.op_ns)):
             raise ValueError(f"Calibration.op_ns: must be 4 finite ns (read, update, insert, scan), got {self.op_ns!r}")
+        if self.l3_share is not None and not 0 < self.l3_share <= 1:
+            raise ValueError(f"Calibration.l3_share: must be in (0, 1], got {self.l3_share!r}")
         positive = ("ipc", "shared_cpus")
         for f in ("ipc", "batch_ns", "scan_key_insn", "route_ns", "shared_cpus"):
             v = getattr(self, f)

@@ -67,6 +67,7 @@ class SliceProfile:
     op_share: np.ndarray  # [4, N] share of all queries that are op o on slice s (OPS order)
     leaf_count: np.ndarray  # [N, K] leaves per popularity class
     leaf_visits: np.ndarray  # [N, K] visits per query of the slice to ONE leaf of the class
+    leaf_top: np.ndarray  # [N, K] share of a leaf's visits that go to its most requested key (§4)
     inner_private: np.ndarray  # [N] level-1 inner nodes per slice (each visited 1/n per query)
     shared_levels: tuple[np.ndarray, ...]  # per upper level: [N] node id above each slice
     scan_keys: float  # mean keys read by a scan
@@ -144,7 +145,7 @@ def slice_profile(workload: Workload, n_records: int, n_slices: int, inserts: st
         raise ValueError(f"inserts: must be one of {INSERT_ORDERS}, got {inserts!r}")
     geo = geometry(n_records)
     n_leaves = int(np.ceil(n_records / n_slices / geo.leaf_entries))  # Ls, leaves per slice
-    req = _request_leaf_mass(workload, n_records, n_slices, n_leaves)  # [N, Ls]
+    req, top = _request_leaf_mass(workload, n_records, n_slices, n_leaves)  # [N, Ls] each
     if inserts == "hashed":
         ins = np.full((n_slices, n_leaves), 1.0 / (n_slices * n_leaves))
     else:
@@ -155,37 +156,51 @@ def slice_profile(workload: Workload, n_records: int, n_slices: int, inserts: st
     scan_leaves = 1.0 + (workload.mean_scan - 1.0) / geo.leaf_entries  # start leaf + followers
     visit_mass = (mix.read + mix.update + mix.scan * scan_leaves) * req + mix.insert * ins  # [N, Ls]
     share = np.maximum(op_share.sum(0), 1e-300)  # [N]
-    count, visits = _leaf_classes(visit_mass / share[:, None])
+    # the hottest key's share of its leaf's visits (reads, updates and scans start at it)
+    top_share = (mix.read + mix.update + mix.scan) * top / np.maximum(visit_mass, 1e-300)
+    count, visits, top_mean = _leaf_classes(visit_mass / share[:, None], top_share)
     private, shared = _upper_levels(geo, n_slices)
-    return SliceProfile(geo, op_share, count, visits, private, shared, workload.mean_scan, inserts)
+    return SliceProfile(geo, op_share, count, visits, top_mean, private, shared, workload.mean_scan, inserts)
 
 
-def _request_leaf_mass(workload: Workload, n: int, n_slices: int, n_leaves: int) -> np.ndarray:
-    """[N, Ls] probability that a request key falls in leaf l of slice s."""
+def _request_leaf_mass(workload: Workload, n: int, n_slices: int, n_leaves: int) -> tuple[np.ndarray, np.ndarray]:
+    """[N, Ls] probability that a request key falls in leaf l of slice s, and [N, Ls] the
+    probability of the leaf's most requested key (its share of the even spread included)."""
     idx, probs, spread = key_mass(workload, n)
+    idx, inv = np.unique(idx, return_inverse=True)  # several hot ranks can hash to one key
+    probs = np.bincount(inv.ravel(), weights=probs, minlength=idx.size)
     s = idx * n_slices // n  # equal-count slices: slice of each key index
     lo = -(-s * n // n_slices)  # first key index of that slice (ceil(s n / N))
     leaf = np.minimum((idx - lo) * n_slices * n_leaves // n, n_leaves - 1)
     mass = np.bincount(s * n_leaves + leaf, weights=probs, minlength=n_slices * n_leaves)
-    return mass.reshape(n_slices, n_leaves) + spread / (n_slices * n_leaves)
+    top = np.zeros(n_slices * n_leaves)
+    np.maximum.at(top, s * n_leaves + leaf, probs)
+    even = spread / n  # per key
+    return (mass.reshape(n_slices, n_leaves) + spread / (n_slices * n_leaves),
+            top.reshape(n_slices, n_leaves) + even)  # fmt: skip
 
 
-def _leaf_classes(visits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _leaf_classes(visits: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bucket each slice's leaves by popularity: sizes 1, 1, 2, 4, ... and the rest.
 
-    visits: [N, Ls] visits per query of the slice to each leaf -> (count [N, K], mean visits [N, K])."""
+    visits: [N, Ls] visits per query of the slice to each leaf, top: [N, Ls] the hottest key's
+    share of the leaf's visits -> (count [N, K], mean visits [N, K], visit-weighted mean top [N, K])."""
     n_slices, n_leaves = visits.shape
-    ranked = -np.sort(-visits, axis=1)  # [N, Ls], most popular first
+    order = np.argsort(-visits, axis=1, kind="stable")
+    ranked = np.take_along_axis(visits, order, 1)  # [N, Ls], most popular first
+    ranked_top = np.take_along_axis(top, order, 1) * ranked
     edges = [0, 1] + [min(2**k, n_leaves) for k in range(1, N_LEAF_CLASSES - 1)] + [n_leaves]
     edges = np.minimum(np.array(edges), n_leaves)
     count = np.zeros((n_slices, N_LEAF_CLASSES))
     mean = np.zeros((n_slices, N_LEAF_CLASSES))
+    top_mean = np.zeros((n_slices, N_LEAF_CLASSES))
     for k in range(N_LEAF_CLASSES):
         a, b = edges[k], edges[k + 1]
         if b > a:
             count[:, k] = b - a
             mean[:, k] = ranked[:, a:b].mean(1)
-    return count, mean
+            top_mean[:, k] = ranked_top[:, a:b].sum(1) / np.maximum(ranked[:, a:b].sum(1), 1e-300)
+    return count, mean, np.clip(top_mean, 0.0, 1.0)
 
 
 def _upper_levels(geo: Geometry, n_slices: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
