@@ -133,3 +133,19 @@ def test_batch_cost_root_above_the_idle_bound():
         inp = resolve(m, _lookup(), "dense", N_REC, 1.0, cal)
         _, prof, sol, _ = model_run(inp, from_actions(hw_for(m, cal), np.zeros((1, N), dtype=np.int64)), N)
         assert float(sol.X[0] * (prof.share @ sol.t_ns[0]) * 1e-9) == pytest.approx(1.0, rel=1e-3)
+
+
+@pytest.mark.parametrize("field", ["batch_ns", "ipc", "route_ns", "scan_key_insn", "shared_cpus"])
+def test_non_finite_constant_names_the_field(field):
+    with pytest.raises(ValueError, match=f"Calibration.{field}: must be finite"):
+        Calibration(**{field: float("inf")})
+
+
+def test_non_finite_pressure_raises_instead_of_hanging():
+    """The throughput root search widens its bracket until feasible: an infinite cost per query
+    must end in an error, not loop (an inf batch cost slipped past validation before)."""
+    m = load_sim_machine(MACHINE)
+    cal = object.__new__(Calibration)  # bypass validation: the model's own guard is under test
+    object.__setattr__(cal, "__dict__", {**Calibration(batch_queries=100, batch_wait_us=10_000).__dict__, "batch_ns": float("inf")})
+    with pytest.raises(ValueError, match="not finite"):
+        throughput(m, "ycsb-c", "dense", [generate("sn-spread", m, N, seed=0)], n_records=N_REC, calibration=cal)

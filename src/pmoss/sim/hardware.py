@@ -150,8 +150,8 @@ class Calibration:
         positive = ("ipc", "shared_cpus")
         for f in ("ipc", "batch_ns", "scan_key_insn", "route_ns", "shared_cpus"):
             v = getattr(self, f)
-            if v is not None and not (v >= 0 and (f not in positive or v > 0)):
-                raise ValueError(f"Calibration.{f}: must be {'positive' if f in positive else 'non-negative'}, got {v!r}")
+            if v is not None and not (np.isfinite(v) and v >= 0 and (f not in positive or v > 0)):
+                raise ValueError(f"Calibration.{f}: must be finite and {'positive' if f in positive else 'non-negative'}, got {v!r}")
 
 
 def calibrated(hw: HW, cal: Calibration | None) -> HW:

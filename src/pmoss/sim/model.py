@@ -28,6 +28,7 @@ HANDOFF_LINES = 0.25  # queue-entry lines a worker pulls from its router per que
 QUEUE_C = 0.5  # loaded-latency curve: q(rho) = 1 + QUEUE_C rho^2 / (1 - rho) (§7)
 RHO_MAX = 0.995
 BRACKET = 256.0  # the root lies in [idle bound / BRACKET, idle bound]
+MAX_WIDEN = 16  # bracket widenings by BRACKET each: 256^16 spans any finite throughput
 ROOT_STEPS = 9  # Illinois steps: |X - X*| / X* < 1e-6 against a 50-step bisection (all machines, kinds)
 SMT_PASSES = 2
 
@@ -270,14 +271,22 @@ def largest_feasible(hw: HW, ld: _Loads) -> np.ndarray:
     steps suffice; the bracket's feasible end is returned, so utilisation never exceeds 1."""
     f = lambda u: np.log(_pressure(hw, ld, np.exp(u))[0])
     b = -np.log(np.maximum(_pressure(hw, ld, np.ones(ld.comp.shape[0]))[0], 1e-30))  # SMT/queueing only slow
+    if not np.all(np.isfinite(b)):
+        raise ValueError("simulator: a schedule's resource pressure is not finite (NaN/inf in the machine's or the calibration's constants)")
     fb = f(b)
-    while np.any(fb < 0):  # batches grow with X (§14.3): the cost per query falls, the root can lie above
+    for _ in range(MAX_WIDEN):
+        if not np.any(fb < 0):
+            break  # batches grow with X (§14.3): the cost per query falls, the root can lie above
         b, fb = np.where(fb < 0, b + np.log(BRACKET), b), np.where(fb < 0, f(b + np.log(BRACKET)), fb)
     fb = np.maximum(fb, 0.0)
     a = b - np.log(BRACKET)
     fa = f(a)
-    while np.any(fa > 0):  # not feasible even at 1/BRACKET of the idle bound: widen
+    for _ in range(MAX_WIDEN):
+        if not np.any(fa > 0):
+            break  # not feasible even at 1/BRACKET of the idle bound: widen
         a, fa = np.where(fa > 0, a - np.log(BRACKET), a), np.where(fa > 0, f(a - np.log(BRACKET)), fa)
+    if np.any(fb < 0) or np.any(fa > 0) or not (np.all(np.isfinite(fa)) and np.all(np.isfinite(fb))):
+        raise ValueError("simulator: no throughput bracket found (pressure NaN/inf or not monotone in X)")
     side = np.zeros(a.shape)  # +1: last step moved a, -1: moved b (for the Illinois halving)
     for _ in range(ROOT_STEPS):
         c = np.where(fb - fa > 1e-15, (a * fb - b * fa) / np.maximum(fb - fa, 1e-15), (a + b) / 2)
