@@ -21,4 +21,15 @@
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
+
+/* pm_runtime_create(cfg, rtp) or exit with the runtime's message. */
+#define CHECK_CREATE(cfg, rtp)                                                               \
+    do {                                                                                     \
+        char err_[256] = "";                                                                 \
+        int rc_ = pm_runtime_create((cfg), (rtp), err_, sizeof err_);                        \
+        if (rc_) {                                                                           \
+            fprintf(stderr, "%s:%d: pm_runtime_create: %d %s\n", __FILE__, __LINE__, rc_, err_); \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
 #endif

@@ -102,8 +102,8 @@ int main(void)
     cfg.n_slices = N_SLICES;
     cfg.queue_capacity = 64;
     pm_runtime *rt;
+    CHECK_CREATE(&cfg, &rt);
     char err[256] = "";
-    CHECK_EQ(pm_runtime_create(&cfg, &rt, err, sizeof err), 0);
 
     _Atomic int stop_reader = 0;
     reader_arg ra = {.rt = rt, .stop = &stop_reader};

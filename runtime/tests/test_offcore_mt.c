@@ -91,11 +91,7 @@ static pm_runtime *make(const pm_uncore_ops *ops, int *mode)
     cfg.uncore = ops;
     cfg.uncore_ctx = mode;
     pm_runtime *rt;
-    char err[256] = "";
-    int rc = pm_runtime_create(&cfg, &rt, err, sizeof err);
-    if (rc)
-        fprintf(stderr, "create: %s\n", err);
-    CHECK_EQ(rc, 0);
+    CHECK_CREATE(&cfg, &rt);
     return rt;
 }
 

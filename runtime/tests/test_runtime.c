@@ -24,11 +24,7 @@ static pm_runtime *make(const char *dataset, pm_boundaries b, const pm_probe_ops
     cfg.probe = probe;
     cfg.queue_capacity = 64; /* small: routers hit full queues and must wait */
     pm_runtime *rt;
-    char err[256] = "";
-    int rc = pm_runtime_create(&cfg, &rt, err, sizeof err);
-    if (rc)
-        fprintf(stderr, "create: %s\n", err);
-    CHECK_EQ(rc, 0);
+    CHECK_CREATE(&cfg, &rt);
     return rt;
 }
 
@@ -512,8 +508,8 @@ static void test_probe_exact(void)
         cfg.batch_max_wait_us = waits[b];
         cfg.queue_capacity = 256;
         pm_runtime *rt;
+        CHECK_CREATE(&cfg, &rt);
         char err[256] = "";
-        CHECK_EQ(pm_runtime_create(&cfg, &rt, err, sizeof err), 0);
         CHECK_EQ(pm_runtime_n_stats(rt), NS);
         atomic_store(&win_batch, batches[b]);
         uint64_t prev[N_SLICES * NS] = {0}, snap[N_SLICES * NS], full = 0;
