@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from pmoss.sim import Calibration
-from pmoss.sim.caches import INNER_LINES, LEAF_LINES, search_lines
+from pmoss.policies import generate
+from pmoss.sim.caches import INNER_LINES, LEAF_LINES, distinct_below, hit_rates, scan_lines, search_lines
+from pmoss.sim.hardware import hw_for
+from pmoss.sim.placement import from_schedules
+from pmoss.sim.profile import slice_profile
 from pmoss.sim.calibration import fit_l3_share, single_op, worker_ns
 from pmoss.sim.pool import load_sim_machine
-from pmoss.workload import OpMix, Workload
+from pmoss.workload import OpMix, Workload, get_workload
 
 MACHINE = "amd-milan-nps1"  # AMD, 32 MiB L3 domains, like this project's host
 N = 256
@@ -66,3 +72,31 @@ def test_l3_share_is_validated():
     for bad in (0.0, 1.5, -0.1):
         with pytest.raises(ValueError, match="l3_share"):
             Calibration(l3_share=bad)
+
+
+def test_a_scan_copies_key_lines_and_reads_no_value():
+    """The runtime's workers copy keys only (runtime.c run_query): a scan's lines are its search
+    path without the value line plus the key lines it streams, 8 keys per line."""
+    dep, stream = scan_lines(255, 50)
+    value_half = -(-(24 + 8 * 255) // 64)  # the first line holding values only
+    assert not dep[:, value_half:].any() and not stream[:, value_half:].any()
+    assert 50 * 8 / 64 - 1 <= (dep | stream)[:, 1:value_half].sum(1).mean() - 1 <= 50 * 8 / 64 + 6
+    assert not (dep & stream).any()  # a line is either on the dependent path or streamed
+    _, long = scan_lines(255, 300)  # past the leaf's end: the next leaf's lines (wrapped onto this one's)
+    assert long[:, :value_half].sum(1).min() >= 255 * 8 // 64 - 8
+
+
+def test_a_victim_l3_adds_the_distinct_l2s_below_it():
+    """Zen's L3 holds what the L2s evict, so slices spread over a domain's cores get its L3 plus
+    their L2s; a shared group's L2s all hold the same hot set (one L2 of distinct lines)."""
+    m = load_sim_machine(MACHINE)
+    hw = hw_for(m, Calibration(l3_share=1 / 16))  # 2 MiB of each L3: the L2s below it matter
+    G = max(hw.n_workers, hw.n_cores, hw.n_domains)
+    spread, shared = (from_schedules(hw, [generate(k, m, N, 0)]) for k in ("sn-spread", "os-default"))
+    per_domain = distinct_below(spread.l2_group, spread.l3_group, G)[0]
+    assert per_domain.max() == 4  # 4 cores per CCX, every one holds slices
+    assert distinct_below(shared.l2_group, shared.l3_group, G)[0].max() == 1
+    prof = slice_profile(get_workload("ycsb-c"), 10_000_000, N)
+    victim = hit_rates(hw, prof, spread)["h3"]
+    inclusive = hit_rates(replace(hw, uarch=replace(hw.uarch, l3_victim=False)), prof, spread)["h3"]
+    assert np.all(victim >= inclusive - 1e-12) and np.any(victim > inclusive + 1e-6)

@@ -9,8 +9,8 @@ import pytest
 
 from pmoss.policies import generate
 from pmoss.sim import Calibration, throughput
-from pmoss.sim.calibration import (batch_ns_for, fit_ipc, fit_op_ns, fit_scan_key_insn, ipc_for, model_batches_per_query, op_ns_for,
-                                   scan_key_insn_for, single_op, worker_ns)
+from pmoss.sim.calibration import (STREAM_MLP_RANGE, batch_ns_for, fit_ipc, fit_op_ns, fit_scan_key_insn, fit_stream_mlp, ipc_for,
+                                   model_batches_per_query, op_ns_for, scan_key_insn_for, single_op, worker_ns)
 from pmoss.sim.hardware import hw_for
 from pmoss.sim.placement import from_schedules
 from pmoss.sim.pool import load_sim_machine
@@ -84,6 +84,21 @@ def test_fit_scan_key_insn_reproduces_slope():
     assert fl - fs == pytest.approx(2.0 * (tl - ts), rel=1e-3)
 
 
+def test_fit_stream_mlp_reproduces_the_rise_and_clamps():
+    """On a tree beyond the caches, the rise from 10- to 100-key scans falls as the prefetchers
+    keep more streamed lines in flight; the fit inverts it, and clamps where no depth explains it."""
+    m = load_sim_machine(MACHINE)
+    n = 2_000_000
+    short, long = single_op("scan", scan_len=10), single_op("scan", scan_len=100)
+    rise = {mlp: worker_ns(m, long, Calibration(stream_mlp=mlp), n_records=n, n_slices=N)[0]
+            - worker_ns(m, short, Calibration(stream_mlp=mlp), n_records=n, n_slices=N)[0] for mlp in (2.0, 12.0, 64.0)}  # fmt: skip
+    assert rise[2.0] > rise[12.0] > rise[64.0]  # deeper prefetch, cheaper streamed lines
+    fitted = fit_stream_mlp(m, short, long, 100.0, 100.0 + rise[12.0], Calibration(), n_records=n, n_slices=N)
+    assert fitted.stream_mlp == pytest.approx(12.0, rel=0.05)
+    assert fit_stream_mlp(m, short, long, 100.0, 100.0, Calibration(), n_records=n, n_slices=N).stream_mlp == STREAM_MLP_RANGE[1]
+    assert fit_stream_mlp(m, short, long, 0.0, 1e6, Calibration(), n_records=n, n_slices=N).stream_mlp == STREAM_MLP_RANGE[0]
+
+
 def test_shared_cpus_bound_and_router_cost():
     """All work of workers and routers fits into shared_cpus: X <= cpus / (t_worker + route)."""
     m = load_sim_machine(MACHINE)
@@ -135,7 +150,7 @@ def test_batch_cost_root_above_the_idle_bound():
         assert float(sol.X[0] * (prof.share @ sol.t_ns[0]) * 1e-9) == pytest.approx(1.0, rel=1e-3)
 
 
-@pytest.mark.parametrize("field", ["batch_ns", "ipc", "route_ns", "scan_key_insn", "shared_cpus"])
+@pytest.mark.parametrize("field", ["batch_ns", "ipc", "route_ns", "scan_key_insn", "shared_cpus", "stream_mlp"])
 def test_non_finite_constant_names_the_field(field):
     with pytest.raises(ValueError, match=f"Calibration.{field}: must be finite"):
         Calibration(**{field: float("inf")})

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pmoss.sim.profile import YCSB_ITEM_COUNT, fnv64, geometry, insert_order, slice_bounds, slice_profile, zipf_head
+from pmoss.sim.profile import YCSB_ITEM_COUNT, fnv64, geometry, insert_order, slice_bounds, slice_profile, subtree_levels, zipf_head
 from pmoss.workload import WORKLOADS, Workload, OpMix
 
 N_REC, N = 1_000_000, 64
@@ -64,6 +64,22 @@ def test_dense_inserts_append_to_the_last_slice():
     assert prof.insert_shift_lines == 0 and prof.split_every > slice_profile(WORKLOADS["rsi-20-30-50"], N_REC, N).split_every
     with pytest.raises(ValueError):
         slice_profile(WORKLOADS["rsi-20-30-50"], N_REC, N, "sorted")
+
+
+def test_each_slice_has_its_own_subtree():
+    """The runtime keeps one tree per slice (routers find the slice), so every inner level a
+    worker visits is its slice's own: 10M keys / 256 slices -> 223 leaves under 2 inner nodes
+    under a 1-key root; a slice of one leaf has no inner level."""
+    nodes, keys = subtree_levels(geometry(10_000_000), 256)
+    assert nodes.tolist() == [2.0, 1.0] and keys == (111, 1)
+    assert subtree_levels(geometry(40_000), 256)[0].size == 0
+    # bulk-loaded full nodes (no inserts, or appends): 154 leaves of 254 keys under one root
+    full = slice_profile(WORKLOADS["ycsb-c"], 10_000_000, 256)
+    assert full.geometry.leaf_entries == 255 and full.inner_private.tolist() == [1.0] and full.inner_keys == (153,)
+    assert slice_profile(WORKLOADS["rsi-20-30-50"], 10_000_000, 256, "append").geometry.leaf_entries == 255
+    # inserts all over the tree split it towards the steady-state fill
+    grown = slice_profile(WORKLOADS["rsi-20-30-50"], 10_000_000, 256, "hashed")
+    assert grown.geometry.leaf_entries < 180 and grown.inner_private.tolist() == [2.0, 1.0]
 
 
 def test_geometry_levels():

@@ -13,6 +13,7 @@ the same lines. Che's approximation gives each line of access rate r the hit pro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -52,34 +53,97 @@ def search_lines(entries: int, leaf: bool) -> tuple[np.ndarray, np.ndarray]:
     return path.mean(0), path
 
 
-def _line_groups(entries: int, leaf: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Lines of a node grouped by (touch probability u when its keys are requested evenly, on the
-    path of its hottest key): -> (u [G], on_hot_path [G], lines per group [G]). The hottest key
-    sits at a representative position, a third into the node."""
-    u, path = search_lines(entries, leaf)
-    hot = path[len(path) // 3].astype(float)
-    used = (u > 0) | (hot > 0)
-    pairs, mult = np.unique(np.stack([u[used], hot[used]], 1), axis=0, return_counts=True)
-    return pairs[:, 0], pairs[:, 1], mult.astype(float)
+def scan_lines(entries: int, keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lines of a leaf touched by a scan of `keys` keys starting at each target [entries, L]:
+    (dependent: the header and the search's probe lines, no value line -- the runtime's workers
+    copy keys only; streamed: the key lines it copies, beyond the dependent ones). Keys past the
+    leaf's end are copied from the next leaf, whose lines are counted on this leaf's lines
+    (leaves of a class are alike): its first key lines and its always-left search (§2.3)."""
+    _, path = search_lines(entries, True)
+    n_lines = path.shape[1]
+    line = lambda slot: (NODE_HEADER + SLOT * slot) // LINE  # noqa: E731
+    dep = path.copy()
+    dep[:, -(-(NODE_HEADER + SLOT * LEAF_CAP) // LINE):] = False  # the value half (its first line also holds the last keys)
+    stream = np.zeros_like(dep)
+    follower = np.zeros(n_lines, dtype=bool)
+    follower[[line(m) for m in _left_probes(entries)]] = True
+    for t in range(entries):
+        last = t + max(keys, 1) - 1
+        stream[t, line(t) : line(min(last, entries - 1)) + 1] = True
+        if last >= entries:  # the next leaf: its first keys and its search's probes
+            stream[t, line(0) : line(min(last - entries, entries - 1)) + 1] = True
+            stream[t] |= follower
+    return dep, stream & ~dep
 
 
-_ENTRIES = int(round(LEAF_CAP * FILL))  # §3: the model's steady-state E (= F)
-LEAF_GROUPS = _line_groups(_ENTRIES, True)
-INNER_GROUPS = _line_groups(_ENTRIES, False)
-LEAF_LINES = float(LEAF_GROUPS[0] @ LEAF_GROUPS[2])  # lines touched per leaf visit
-INNER_LINES = float(INNER_GROUPS[0] @ INNER_GROUPS[2])  # per inner-node visit
-INNER_HELD = float(INNER_GROUPS[2][INNER_GROUPS[0] > 0].sum())  # lines of a hot inner node that stay cached
+def _left_probes(entries: int) -> list[int]:
+    """Slots the runtime's lower_bound probes for a key below all of a leaf's keys."""
+    probes, lo, hi = [], 0, entries
+    while lo < hi:
+        mid = (lo + hi) // 2
+        probes.append(mid)
+        hi = mid
+    return probes
+
+
+_ENTRIES = int(round(LEAF_CAP * FILL))  # §3: the steady-state E (= F) of a tree grown by random inserts
+
+
+@lru_cache(maxsize=32)
+def leaf_basis(entries: int, scan_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """A leaf of `entries` keys: its lines grouped by their touch probabilities per visit [G, 6]
+    -- columns: lookup (even keys, hottest key's path), scan dependent (even, hot), scan streamed
+    (even, hot) -- and lines per group [G]. Lines with equal columns are one Che object class.
+    The hottest key sits at a representative position, a third into the leaf."""
+    u, path = search_lines(entries, True)
+    dep, stream = scan_lines(entries, scan_keys)
+    hot = entries // 3
+    cols = np.stack([u, path[hot], dep.mean(0), dep[hot], stream.mean(0), stream[hot]], 1).astype(float)
+    rows, mult = np.unique(cols[cols.any(1)], axis=0, return_counts=True)
+    return rows, mult.astype(float)
+
+
+@lru_cache(maxsize=32)
+def inner_basis(keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """The same for an inner node of `keys` separators (every operation searches it alike)."""
+    u, path = search_lines(keys, False)
+    cols = np.stack([u, path[len(path) // 3], u, path[len(path) // 3], 0 * u, 0 * u], 1).astype(float)
+    rows, mult = np.unique(cols[cols.any(1)], axis=0, return_counts=True)
+    return rows, mult.astype(float)
+
+
+LEAF_LINES = float(search_lines(_ENTRIES, True)[0].sum())  # lines touched per leaf visit of a lookup
+INNER_LINES = float(search_lines(_ENTRIES, False)[0].sum())  # per visit of a full inner node
+
+
+def line_weights(prof: SliceProfile, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Touch probability per visit of each line group of class c for every slice: (dependent
+    [N, G], streamed [N, G], lines per group [G]). A slice's visits mix its op mix (scan share
+    sigma) with the even keys and its hottest key (share `top` of the class's visits, §4)."""
+    k = prof.leaf_count.shape[1]
+    if c < k:
+        rows, mult = leaf_basis(int(round(prof.geometry.leaf_entries)), int(round(prof.scan_keys)))
+    else:
+        rows, mult = inner_basis(prof.inner_keys[c - k])
+    n = prof.share.size
+    top = prof.leaf_top[:, c, None] if c < k else np.zeros((n, 1))
+    sigma = prof.op_frac[3][:, None]
+    even, hot = 1 - top, top
+    dep = (1 - sigma) * (even * rows[:, 0] + hot * rows[:, 1]) + sigma * (even * rows[:, 2] + hot * rows[:, 3])
+    stream = sigma * (even * rows[:, 4] + hot * rows[:, 5])
+    return dep, stream, mult
 
 
 @dataclass(frozen=True)
 class Objects:
-    """Tree nodes as cache objects per slice: leaf popularity classes, private inner levels
-    (Che solves over these), then shared upper levels (always cached, see `hit_rates`)."""
+    """Tree nodes as cache objects per slice: leaf popularity classes, then the inner levels of
+    the slice's subtree, root last (Che solves over all of them)."""
 
     visits: np.ndarray  # [N, C] visits per query of the slice to the whole class
     count: np.ndarray  # [N, Cp] nodes per class (private classes only)
     node_visits: np.ndarray  # [N, Cp] visits per query of the slice to ONE node of the class
-    lines: np.ndarray  # [C] lines touched per visit
+    lines: np.ndarray  # [N, C] dependent lines touched per visit (search path; values for lookups)
+    stream: np.ndarray  # [N, C] lines a visit streams (scans: the key lines copied beyond the search)
     is_leaf: np.ndarray  # [C] bool
 
     @property
@@ -90,12 +154,13 @@ class Objects:
 @dataclass(frozen=True)
 class Tables:
     """Per slice, on the log-tau GRID [J]: cache occupancy in lines g_s(tau) and its derivative
-    [N, J], and the share of each private class's touched lines that hit [N, Cp, J]; footprint:
+    [N, J], and the share of each private class's dependent / streamed lines that hit [N, Cp, J]; footprint:
     lines of the slice's private nodes that a visit can touch [N] (the group fits if their sum does)."""
 
     occ: np.ndarray
     slope: np.ndarray
-    hit: np.ndarray
+    hit: np.ndarray  # of the dependent lines
+    hit_stream: np.ndarray  # of the streamed lines
     footprint: np.ndarray
 
 
@@ -119,35 +184,38 @@ def _cached(prof: SliceProfile) -> tuple[SliceProfile, Objects, Tables]:
 
 def _build_objects(prof: SliceProfile) -> Objects:
     n, k = prof.leaf_count.shape
-    n_priv, n_shared = prof.inner_private.size, len(prof.shared_levels)
-    count = np.concatenate([prof.leaf_count, np.broadcast_to(prof.inner_private, (n, n_priv))], axis=1)
-    node_visits = np.concatenate([prof.leaf_visits, np.broadcast_to(1 / prof.inner_private, (n, n_priv))], axis=1)
-    visits = np.concatenate([count * node_visits, np.ones((n, n_shared))], axis=1)  # [N, C]
-    lines = np.array([LEAF_LINES] * k + [INNER_LINES] * (n_priv + n_shared))
-    return Objects(visits, count, node_visits, lines, np.arange(lines.size) < k)
+    n_inner = prof.inner_private.size
+    count = np.concatenate([prof.leaf_count, np.broadcast_to(prof.inner_private, (n, n_inner))], axis=1)
+    node_visits = np.concatenate([prof.leaf_visits, np.broadcast_to(1 / prof.inner_private, (n, n_inner))], axis=1)
+    visits = count * node_visits  # [N, C]
+    lines, stream = np.zeros((n, k + n_inner)), np.zeros((n, k + n_inner))
+    for c in range(k + n_inner):
+        dep, st, mult = line_weights(prof, c)
+        lines[:, c], stream[:, c] = dep @ mult, st @ mult
+    return Objects(visits, count, node_visits, lines, stream, np.arange(lines.shape[1]) < k)
 
 
 def _line_tables(prof: SliceProfile, obj: Objects) -> Tables:
     """A line of a node of class c touched with probability w per visit has rate
     share_s * v_c * w; per slice g_s(tau) = sum_c n_c sum_lines (1 - exp(-v_c w tau)), so Newton
-    works on N values per episode. A leaf's line weights mix the even request pattern with its
-    hottest key's path: w = (1 - top) u + top * on_path (§4)."""
+    works on N values per episode. w = dependent + streamed touches (`line_weights`, §4); the
+    hit share is kept apart for the two, since only dependent lines pay the full latency."""
     tau = 10.0 ** GRID  # [J]
     n, cp = obj.count.shape
-    k = prof.leaf_count.shape[1]
     occ, slope = np.zeros((n, GRID.size)), np.zeros((n, GRID.size))
-    hit, footprint = np.zeros((n, cp, GRID.size)), np.zeros(n)
+    hit, hit_stream, footprint = np.zeros((n, cp, GRID.size)), np.ones((n, cp, GRID.size)), np.zeros(n)
     for c in range(cp):
-        u, on_path, mult = LEAF_GROUPS if c < k else INNER_GROUPS
-        top = prof.leaf_top[:, c] if c < k else np.zeros(n)
-        w = (1 - top)[:, None] * u + top[:, None] * on_path  # [N, G]
+        dep, stream, mult = line_weights(prof, c)  # [N, G], [N, G], [G]
+        w = dep + stream
         rate = obj.node_visits[:, c, None] * w  # [N, G] per query of the slice
         e = np.exp(-rate[..., None] * tau)  # [N, G, J]
         occ += obj.count[:, c, None] * np.einsum("g,ngj->nj", mult, 1 - e)
         slope += obj.count[:, c, None] * np.einsum("g,ng,ngj->nj", mult, rate, e)
-        hit[:, c] = np.einsum("g,ng,ngj->nj", mult, w, 1 - e) / np.maximum(w @ mult, 1e-300)[:, None]
+        hit[:, c] = np.einsum("g,ng,ngj->nj", mult, dep, 1 - e) / np.maximum(dep @ mult, 1e-300)[:, None]
+        if stream.any():
+            hit_stream[:, c] = np.einsum("g,ng,ngj->nj", mult, stream, 1 - e) / np.maximum(stream @ mult, 1e-300)[:, None]
         footprint += obj.count[:, c] * ((w > 0) @ mult)
-    return Tables(occ, slope, hit, footprint)
+    return Tables(occ, slope, hit, hit_stream, footprint)
 
 
 def _grid_position(tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -186,54 +254,60 @@ def characteristic_time(prof: SliceProfile, group: np.ndarray, n_groups: int, ca
     return np.where(fits, FITS_T, T).reshape(K, B, n_groups)
 
 
-def _shared_nodes(prof: SliceProfile, group: np.ndarray, n_groups: int) -> np.ndarray:
-    """Distinct shared upper-level nodes each cache group holds [B, G]: adjacent slices in one
-    group share them, so grouping frees capacity."""
-    B, n = group.shape
-    total = np.zeros(B * n_groups)
-    gkey = group + n_groups * np.arange(B)[:, None]
-    for nid in prof.shared_levels:
-        n_up = int(nid.max()) + 1
-        present = np.bincount((gkey * n_up + nid).ravel(), minlength=B * n_groups * n_up) > 0
-        total += present.reshape(B * n_groups, n_up).sum(1)
-    return total.reshape(B, n_groups)
-
-
-def group_hits(prof: SliceProfile, group: np.ndarray, n_groups: int, capacities: list[float]) -> list[np.ndarray]:
-    """Share of the touched lines that hit [B, N, C] per object class, for each cache size in
-    `capacities` (lines per group). Shared upper levels always hit but their touched lines take
-    their place in the cache."""
+def group_hits(prof: SliceProfile, group: np.ndarray, n_groups: int, capacities: list) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Share of the dependent and of the streamed lines that hit ([B, N, C] each) per object
+    class, for each cache size in `capacities` (lines: one per cache, or [B, G] per group)."""
     _, obj, tab = _cached(prof)
     B, n = group.shape
     cp = obj.n_private
-    held = _shared_nodes(prof, group, n_groups) * INNER_HELD  # [B, G] lines
-    cap = np.stack([np.maximum(c - held, 1.0) for c in capacities])  # [K, B, G]
+    cap = np.stack([np.broadcast_to(np.asarray(c, dtype=float), (B, n_groups)) for c in capacities])  # [K, B, G]
     T = characteristic_time(prof, group, n_groups, cap)  # [K, B, G]
     base = (np.arange(n)[:, None] * cp + np.arange(cp)) * GRID.size  # [N, Cp] rows of tab.hit
     out = []
     for k in range(len(capacities)):
         Ts = np.take_along_axis(T[k], group, axis=1)  # [B, N]
         j, frac = _grid_position(prof.share * Ts)  # [B, N]
-        h = np.ones((B, n, obj.visits.shape[1]))
-        hp = _lookup(tab.hit, base[None] + j[..., None], frac[..., None])  # [B, N, Cp]
-        h[..., :cp] = np.where(Ts[..., None] >= FITS_T, 1.0, np.clip(hp, 0.0, 1.0))
-        out.append(h)
+        fits = Ts[..., None] >= FITS_T
+        pair = []
+        for table in (tab.hit, tab.hit_stream):
+            h = np.ones((B, n, obj.visits.shape[1]))
+            hp = _lookup(table, base[None] + j[..., None], frac[..., None])  # [B, N, Cp]
+            h[..., :cp] = np.where(fits, 1.0, np.clip(hp, 0.0, 1.0))
+            pair.append(h)
+        out.append(tuple(pair))
     return out
 
 
 def hit_rates(hw: HW, prof: SliceProfile, pl: Placement) -> dict[str, np.ndarray]:
-    """Share of each object class's touched lines [B, N, C] that hit in L1, L2, L3 and (POWER8)
-    L4 (§4). Capacities in lines; the L3's is the share of it the runtime gets (calibration
-    `l3_share`: a host whose L3 domain other tenants use, §14.3; 1 on the pool machines)."""
+    """Share of each object class's dependent lines [B, N, C] that hit in L1, L2, L3 and (POWER8)
+    L4, and of its streamed lines in L1, L2, L3 (s1..s3) (§4). Capacities in lines; the L3's is
+    the share of it the runtime gets (calibration `l3_share`: a host whose L3 domain other
+    tenants use, §14.3; 1 on the pool machines), plus, where the L3 is a victim cache of the L2s
+    (`Uarch.l3_victim`), the distinct L2s below it: their lines are not also in the L3."""
     G = max(hw.n_workers, hw.n_cores, hw.n_domains)
     caches = hw.machine.caches
     cal = hw.calibration
     l3_share = 1.0 if cal is None or cal.l3_share is None else cal.l3_share
-    h1, h2 = group_hits(prof, pl.l2_group, G, [caches.l1d_kib * 1024 / LINE, caches.l2_kib * 1024 / LINE])
-    h2 = np.maximum(h2, h1)  # inclusive hierarchy
-    h3 = np.maximum(group_hits(prof, pl.l3_group, G, [caches.l3_mib * 2**20 / LINE * l3_share])[0], h2)
+    l2_lines = caches.l2_kib * 1024 / LINE
+    (h1, s1), (h2, s2) = group_hits(prof, pl.l2_group, G, [caches.l1d_kib * 1024 / LINE, l2_lines])
+    l3_lines = caches.l3_mib * 2**20 / LINE * l3_share
+    if hw.uarch.l3_victim:
+        l3_lines = l3_lines + l2_lines * distinct_below(pl.l2_group, pl.l3_group, G)
+    h3, s3 = group_hits(prof, pl.l3_group, G, [l3_lines])[0]
+    h2, s2 = np.maximum(h2, h1), np.maximum(s2, s1)  # inclusive hierarchy
+    h3, s3 = np.maximum(h3, h2), np.maximum(s3, s2)
     h4 = _l4_hits(hw, prof, pl, h3) if hw.l4_nodes > 0 else np.zeros_like(h3)
-    return {"h1": h1, "h2": h2, "h3": h3, "h4": h4}
+    return {"h1": h1, "h2": h2, "h3": h3, "h4": h4, "s1": s1, "s2": s2, "s3": s3}
+
+
+def distinct_below(inner: np.ndarray, outer: np.ndarray, n_groups: int) -> np.ndarray:
+    """Distinct inner cache groups (L2s) among the slices of each outer group (L3) [B, G]: slices
+    of one-core kinds fill different L2s below one L3, a shared group's L2s all hold the same
+    hot set (one L2's worth of distinct lines)."""
+    B, _ = inner.shape
+    key = (np.arange(B)[:, None] * n_groups + outer) * n_groups + inner
+    present = np.bincount(key.ravel(), minlength=B * n_groups * n_groups) > 0
+    return present.reshape(B, n_groups, n_groups).sum(2).astype(float)
 
 
 def che_hits(rate: np.ndarray, count: np.ndarray, group: np.ndarray, n_groups: int, capacity) -> np.ndarray:

@@ -134,6 +134,31 @@ def fit_scan_key_insn(machine: Machine, short: Workload, long: Workload, t_short
 
 
 
+STREAM_MLP_RANGE = (1.0, 64.0)  # lines in flight: one at a time .. deeper than any core's prefetch queue
+STREAM_MLP_STEPS = 12  # bisection in log mlp: |d mlp| / mlp < 0.03
+
+
+def fit_stream_mlp(machine: Machine, short: Workload, long: Workload, t_short: float, t_long: float, cal: Calibration,
+                   *, n_records: int, n_slices: int) -> Calibration:
+    """Lines in flight for streamed scan lines (§14.3) such that the model's rise in scan cost
+    from `short` to `long` on a tree of n_records (beyond the private caches) equals the measured
+    t_long - t_short; the instructions per key must already be fitted (`fit_scan_key_insn` on a
+    tree that fits the private caches). Clamped to STREAM_MLP_RANGE: a measured rise below the
+    model's at the deepest prefetch means the streamed lines cost (almost) nothing extra here."""
+    rise = lambda mlp: (worker_ns(machine, long, replace(cal, stream_mlp=mlp, batch_ns=None), n_records=n_records, n_slices=n_slices)[0]  # noqa: E731
+                        - worker_ns(machine, short, replace(cal, stream_mlp=mlp, batch_ns=None), n_records=n_records, n_slices=n_slices)[0])
+    target = t_long - t_short
+    lo, hi = np.log(STREAM_MLP_RANGE[0]), np.log(STREAM_MLP_RANGE[1])
+    if rise(STREAM_MLP_RANGE[1]) >= target:
+        return replace(cal, stream_mlp=STREAM_MLP_RANGE[1])
+    if rise(STREAM_MLP_RANGE[0]) <= target:
+        return replace(cal, stream_mlp=STREAM_MLP_RANGE[0])
+    for _ in range(STREAM_MLP_STEPS):  # the rise falls as more lines are in flight
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if rise(float(np.exp(mid))) > target else (lo, mid)
+    return replace(cal, stream_mlp=float(np.exp(0.5 * (lo + hi))))
+
+
 L3_SHARE_MIN = 1 / 64
 L3_SHARE_STEPS = 14  # bisection in log share: |d share| / share < 0.03
 

@@ -26,19 +26,23 @@ class Uarch:
     smt_beta_memory: float  # ... of its memory stalls (overlap well across threads)
     stream_mlp: float  # lines in flight for a sequential leaf scan (hardware prefetch)
     tlb_entries: int  # second-level DTLB entries (4 KiB pages)
+    l3_victim: bool  # the L3 holds lines evicted from the L2s (mostly exclusive), not copies of them
 
 
 # Sources: Agner Fog's microarchitecture tables, Chips and Cheese (Zen 3, Skylake-SP, Neoverse V2,
 # POWER8 articles), vendor optimisation guides. SMT betas: IBM/Intel SMT throughput reports.
+# l3_victim: AMD Zen's L3 is a victim cache of its CCX's L2s; Skylake-SP made the L3
+# non-inclusive; POWER8's L3 region is a victim cache of its core's L2. Sandy Bridge's L3 is
+# inclusive; Grace's (Neoverse V2 + SCF) is left inclusive for want of a public statement.
 UARCH = {
-    "amd": Uarch(ipc=2.4, l2_cycles=14, l3_cycles=46, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=2048),
-    "intel": Uarch(ipc=2.2, l2_cycles=14, l3_cycles=70, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=1536),
-    "arm": Uarch(ipc=2.6, l2_cycles=12, l3_cycles=75, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=10, tlb_entries=2048),
-    "ibm": Uarch(ipc=1.8, l2_cycles=13, l3_cycles=27, l4_ns=55, smt_beta_compute=0.25, smt_beta_memory=0.08, stream_mlp=8, tlb_entries=2048),
-    "other": Uarch(ipc=2.0, l2_cycles=14, l3_cycles=50, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=1536),
+    "amd": Uarch(ipc=2.4, l2_cycles=14, l3_cycles=46, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=2048, l3_victim=True),
+    "intel": Uarch(ipc=2.2, l2_cycles=14, l3_cycles=70, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=1536, l3_victim=True),
+    "arm": Uarch(ipc=2.6, l2_cycles=12, l3_cycles=75, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=10, tlb_entries=2048, l3_victim=False),
+    "ibm": Uarch(ipc=1.8, l2_cycles=13, l3_cycles=27, l4_ns=55, smt_beta_compute=0.25, smt_beta_memory=0.08, stream_mlp=8, tlb_entries=2048, l3_victim=True),
+    "other": Uarch(ipc=2.0, l2_cycles=14, l3_cycles=50, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=1536, l3_victim=False),
 }
 UARCH_BY_MODEL = {  # substring of Machine.model -> override
-    "E5-46": Uarch(ipc=1.8, l2_cycles=12, l3_cycles=31, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=6, tlb_entries=512),
+    "E5-46": Uarch(ipc=1.8, l2_cycles=12, l3_cycles=31, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=6, tlb_entries=512, l3_victim=False),
 }
 
 
@@ -127,6 +131,10 @@ class Calibration:
     l3_share: share of each L3 domain's capacity the runtime's lines get (§4, §14.3): a guest
       whose L3 is shared with other tenants' cores keeps only part of it. Fitted from
       single-worker uniform lookups on a small and a large tree (`calibration.fit_l3_share`).
+    stream_mlp: lines a core keeps in flight for a scan's streamed lines (the table's
+      `Uarch.stream_mlp`: how far the hardware prefetchers run ahead). Fitted from the rise in
+      scan cost with scan length on a tree beyond the private caches, once the instructions per
+      key are known from a tree that fits them (`calibration.fit_stream_mlp`).
     """
 
     ipc: float | None = None
@@ -138,6 +146,7 @@ class Calibration:
     route_ns: float | None = None
     shared_cpus: float | None = None
     l3_share: float | None = None
+    stream_mlp: float | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -147,8 +156,8 @@ class Calibration:
             raise ValueError(f"Calibration.op_ns: must be 4 finite ns (read, update, insert, scan), got {self.op_ns!r}")
         if self.l3_share is not None and not 0 < self.l3_share <= 1:
             raise ValueError(f"Calibration.l3_share: must be in (0, 1], got {self.l3_share!r}")
-        positive = ("ipc", "shared_cpus")
-        for f in ("ipc", "batch_ns", "scan_key_insn", "route_ns", "shared_cpus"):
+        positive = ("ipc", "shared_cpus", "stream_mlp")
+        for f in ("ipc", "batch_ns", "scan_key_insn", "route_ns", "shared_cpus", "stream_mlp"):
             v = getattr(self, f)
             if v is not None and not (np.isfinite(v) and v >= 0 and (f not in positive or v > 0)):
                 raise ValueError(f"Calibration.{f}: must be finite and {'positive' if f in positive else 'non-negative'}, got {v!r}")
@@ -159,6 +168,7 @@ def calibrated(hw: HW, cal: Calibration | None) -> HW:
     if cal is None:
         return hw
     uarch = hw.uarch if cal.ipc is None else replace(hw.uarch, ipc=cal.ipc)
+    uarch = uarch if cal.stream_mlp is None else replace(uarch, stream_mlp=cal.stream_mlp)
     return replace(hw, uarch=uarch, calibration=cal)
 
 

@@ -17,7 +17,6 @@ from pmoss.sim.hardware import HW
 from pmoss.sim.placement import Placement
 from pmoss.sim.profile import SliceProfile
 
-SCAN_LINES_PER_KEY = 16 / LINE  # a scan streams key+value pairs
 NODE_LINES = 4096 / LINE
 # instructions per query (§6): dispatch, per inner / leaf visit, per operation extra
 INSN_DISPATCH, INSN_INNER, INSN_LEAF = 120.0, 55.0, 70.0
@@ -66,15 +65,20 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
     total, leaf_total = vl.sum(1), leaf_vl.sum(1)  # [N]
     leaf_miss = np.clip(1 - L3 / np.maximum(leaf_total, 1e-12), 0.0, 1.0)  # [B, N]
     l2, l3, c2c = _coherence(pl, update + insert, (S1, S2, S3), (L1, L2, L3))
-    miss = _pos(total - S3)  # [B, N] dependent lines leaving the L3
-    stream = scan * prof.scan_keys * SCAN_LINES_PER_KEY  # [N] prefetched lines of a scan
+    followers = scan * prof.scan_followers  # [N] leaves reached through `next`: one dependent line each (§2.3)
+    miss = _pos(total - S3) + followers * leaf_miss  # [B, N] dependent lines leaving the L3
+    sv = obj.visits * obj.stream  # [N, C] streamed lines per query (scans' key lines, §2.3)
+    stream = sv.sum(1)  # [N]
+    T1, T2, T3 = (dot(hits[k], sv) for k in ("s1", "s2", "s3"))  # streamed lines hitting L1 / L2 / L3
+    stream_miss = _pos(stream - T3)  # [B, N]
     writes = update + insert * (prof.insert_shift_lines + NODE_LINES / prof.split_every)  # [N]
-    mem_lines = miss + stream * leaf_miss
+    mem_lines = miss + stream_miss
     l4 = dot(hits["h4"] * (1 - hits["h3"]), vl) / np.maximum(miss, 1e-12) if hw.l4_nodes > 0 else np.zeros_like(miss)
-    dep = miss + stream * leaf_miss / hw.uarch.stream_mlp  # latency-paying lines
+    dep = miss + stream_miss / hw.uarch.stream_mlp  # latency-paying lines
     c2c_ns = ((pl.E @ hw.c2c_ns) * pl.E).sum(2)  # [B, N] mean transfer within the group
     handoff = HANDOFF_LINES * pl.E @ hw.c2c_ns.mean(0) + pl.shared * c2c_ns  # router + shared queue
-    fixed = (l2 * hw.l2_ns + l3 * hw.l3_ns + c2c * c2c_ns + stream * (1 - leaf_miss) * hw.l3_ns / hw.uarch.stream_mlp
+    streamed_hits = (_pos(T2 - T1) * hw.l2_ns + _pos(T3 - T2) * hw.l3_ns) / hw.uarch.stream_mlp
+    fixed = (l2 * hw.l2_ns + l3 * hw.l3_ns + c2c * c2c_ns + followers * (1 - leaf_miss) * hw.l3_ns + streamed_hits
              + handoff + dep * l4 * hw.uarch.l4_ns)  # fmt: skip
     cal = hw.calibration
     if cal is not None and cal.op_ns is not None:  # measured runtime overhead per query of each op (§14.3)
@@ -83,10 +87,10 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
     shape = mem_lines.shape
     return Demand(
         insn=insn, comp_ns=insn / (hw.uarch.ipc * hw.machine.freq_ghz), fixed_ns=fixed, mem_dep=dep * (1 - l4),
-        read_lines=mem_lines, wb_lines=writes * leaf_miss, lines=np.broadcast_to(total + stream, shape),
-        l1_miss_lines=_pos(total - S1) + stream, l3_miss_lines=mem_lines, c2c_lines=c2c,
+        read_lines=mem_lines, wb_lines=writes * leaf_miss, lines=np.broadcast_to(total + followers + stream, shape),
+        l1_miss_lines=_pos(total - S1) + followers + _pos(stream - T1), l3_miss_lines=mem_lines, c2c_lines=c2c,
         write_lines=np.broadcast_to(writes, shape), write_miss_lines=writes * leaf_miss,
-        tlb_misses=_tlb_misses(hw, obj, hits["h2"], hits["h3"]), l4_share=l4, node_visits=obj.visits.sum(1),
+        tlb_misses=_tlb_misses(hw, obj, hits["h2"], hits["h3"], followers), l4_share=l4, node_visits=obj.visits.sum(1) + followers,
     )  # fmt: skip
 
 
@@ -137,12 +141,15 @@ def _instructions(prof: SliceProfile, obj: Objects, pl: Placement, scan_key_insn
     return per_slice[None, :] + INSN_SHARED_QUEUE * pl.shared
 
 
-def _tlb_misses(hw: HW, obj: Objects, h2: np.ndarray, h3: np.ndarray) -> np.ndarray:
+def _tlb_misses(hw: HW, obj: Objects, h2: np.ndarray, h3: np.ndarray, followers: np.ndarray) -> np.ndarray:
     """Nodes are 4 KiB pages, so a DTLB covering t pages behaves like a cache of t nodes; its hit
-    rate is interpolated between the L2's and the L3's in log capacity (§4)."""
+    rate is interpolated between the L2's and the L3's in log capacity (§4). A scan's following
+    leaves miss like the slice's leaves."""
     frac = np.clip(np.log(hw.uarch.tlb_entries / hw.l2_nodes) / np.log(hw.l3_nodes / hw.l2_nodes), 0, 1)
-    hits = (1 - frac) * np.einsum("bnc,nc->bn", h2, obj.visits) + frac * np.einsum("bnc,nc->bn", h3, obj.visits)
-    return np.maximum(obj.visits.sum(1) - hits, 0.0)
+    h = (1 - frac) * h2 + frac * h3  # [B, N, C]
+    leaf_visits = np.maximum((obj.visits * obj.is_leaf).sum(1), 1e-300)
+    leaf_hit = np.einsum("bnc,nc->bn", h, obj.visits * obj.is_leaf) / leaf_visits
+    return np.maximum(obj.visits.sum(1) - np.einsum("bnc,nc->bn", h, obj.visits), 0.0) + followers * (1 - leaf_hit)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pmoss.workload import Workload
 LEAF_CAPACITY = 255  # entries per leaf (DESIGN §5)
 INNER_CAPACITY = 255  # a 4 KiB inner node: 8-byte keys + 8-byte child pointers
 FILL = 0.69  # steady-state fill of a B+-tree built by random inserts (Yao's ln 2)
+BULK_FILL = 1.0  # the runtime bulk-loads every slice's tree with full nodes (runtime.c: pm_tree_bulk_load(.., 100))
 NODE_BYTES = 4096
 ENTRY_BYTES = 16  # 64-bit key + 64-bit value
 TOP_RANKS = 1 << 18
@@ -51,8 +52,8 @@ class Geometry:
         return len(self.level_nodes)
 
 
-def geometry(n_records: int) -> Geometry:
-    leaf_entries, fanout = LEAF_CAPACITY * FILL, INNER_CAPACITY * FILL
+def geometry(n_records: int, fill: float = FILL) -> Geometry:
+    leaf_entries, fanout = LEAF_CAPACITY * fill, INNER_CAPACITY * fill
     levels = [max(1, int(np.ceil(n_records / leaf_entries)))]
     while levels[-1] > 1:
         levels.append(max(1, int(np.ceil(levels[-1] / fanout))))
@@ -68,8 +69,8 @@ class SliceProfile:
     leaf_count: np.ndarray  # [N, K] leaves per popularity class
     leaf_visits: np.ndarray  # [N, K] visits per query of the slice to ONE leaf of the class
     leaf_top: np.ndarray  # [N, K] share of a leaf's visits that go to its most requested key (§4)
-    inner_private: np.ndarray  # [N] level-1 inner nodes per slice (each visited 1/n per query)
-    shared_levels: tuple[np.ndarray, ...]  # per upper level: [N] node id above each slice
+    inner_private: np.ndarray  # [I] inner nodes per level of each slice's subtree, root last (each visited 1/n per query)
+    inner_keys: tuple[int, ...]  # [I] separator keys per inner node of each level (the root may hold few)
     scan_keys: float  # mean keys read by a scan
     inserts: str = "hashed"  # INSERT_ORDERS: where inserts land
 
@@ -80,6 +81,10 @@ class SliceProfile:
     @property
     def split_every(self) -> float:  # inserts between two splits of the inserted-into leaf
         return SPLIT_EVERY[self.inserts]
+
+    @property
+    def scan_followers(self) -> float:  # leaves a scan reaches through `next` after its start leaf
+        return max(self.scan_keys - 1.0, 0.0) / self.geometry.leaf_entries
 
     @property
     def share(self) -> np.ndarray:  # [N]
@@ -136,6 +141,13 @@ def key_mass(workload: Workload, n: int) -> tuple[np.ndarray, np.ndarray, float]
     return idx, probs, tail
 
 
+def tree_fill(workload: Workload, inserts: str) -> float:
+    """Node fill (§3): the bulk-loaded trees stay full unless inserts land all over them (hashed
+    order), which splits leaves towards the steady state; appends only add half-full leaves at
+    the right end of the last slice."""
+    return FILL if inserts == "hashed" and workload.mix.insert > 0 else BULK_FILL
+
+
 @lru_cache(maxsize=64)
 def slice_profile(workload: Workload, n_records: int, n_slices: int, inserts: str = "hashed") -> SliceProfile:
     """Per-slice demand for equal-count slices (cached; arrays are shared, do not modify).
@@ -143,7 +155,7 @@ def slice_profile(workload: Workload, n_records: int, n_slices: int, inserts: st
     rightmost leaf); `insert_order(dataset)` says which the runtime does for a dataset."""
     if inserts not in INSERT_ORDERS:
         raise ValueError(f"inserts: must be one of {INSERT_ORDERS}, got {inserts!r}")
-    geo = geometry(n_records)
+    geo = geometry(n_records, tree_fill(workload, inserts))
     n_leaves = int(np.ceil(n_records / n_slices / geo.leaf_entries))  # Ls, leaves per slice
     req, top = _request_leaf_mass(workload, n_records, n_slices, n_leaves)  # [N, Ls] each
     if inserts == "hashed":
@@ -153,14 +165,14 @@ def slice_profile(workload: Workload, n_records: int, n_slices: int, inserts: st
         ins[-1, -1] = 1.0
     mix = workload.mix
     op_share = np.stack([mix.read * req.sum(1), mix.update * req.sum(1), mix.insert * ins.sum(1), mix.scan * req.sum(1)])
-    scan_leaves = 1.0 + (workload.mean_scan - 1.0) / geo.leaf_entries  # start leaf + followers
-    visit_mass = (mix.read + mix.update + mix.scan * scan_leaves) * req + mix.insert * ins  # [N, Ls]
+    # one search per operation; a scan's following leaves are reached through `next` (§2.3)
+    visit_mass = (mix.read + mix.update + mix.scan) * req + mix.insert * ins  # [N, Ls]
     share = np.maximum(op_share.sum(0), 1e-300)  # [N]
     # the hottest key's share of its leaf's visits (reads, updates and scans start at it)
     top_share = (mix.read + mix.update + mix.scan) * top / np.maximum(visit_mass, 1e-300)
     count, visits, top_mean = _leaf_classes(visit_mass / share[:, None], top_share)
-    private, shared = _upper_levels(geo, n_slices)
-    return SliceProfile(geo, op_share, count, visits, top_mean, private, shared, workload.mean_scan, inserts)
+    nodes, keys = subtree_levels(geo, n_slices)
+    return SliceProfile(geo, op_share, count, visits, top_mean, nodes, keys, workload.mean_scan, inserts)
 
 
 def _request_leaf_mass(workload: Workload, n: int, n_slices: int, n_leaves: int) -> tuple[np.ndarray, np.ndarray]:
@@ -203,16 +215,19 @@ def _leaf_classes(visits: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.n
     return count, mean, np.clip(top_mean, 0.0, 1.0)
 
 
-def _upper_levels(geo: Geometry, n_slices: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """Inner levels: private to a slice when the level has >= N nodes, else shared by a run of
-    adjacent slices (node id per slice)."""
-    private, shared = [], []
-    for nodes in geo.level_nodes[1:]:
-        if nodes >= n_slices:
-            private.append(nodes / n_slices)
-        else:
-            shared.append(np.arange(n_slices) * nodes // n_slices)
-    return np.array(private), tuple(shared)
+def subtree_levels(geo: Geometry, n_slices: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Inner levels of one slice's subtree (§3): the runtime keeps a tree per slice (runtime.c
+    `trees[s]`) and its routers find the slice in the boundary array, so a worker visits only its
+    slice's nodes -- nothing above the cut is shared. -> (nodes per level [I], separator keys per
+    node of each level), leaves' parents first, the root (1 node) last; none for a one-leaf slice."""
+    nodes, keys = [], []
+    below = int(np.ceil(geo.n_records / n_slices / geo.leaf_entries))
+    while below > 1:
+        level = int(np.ceil(below / geo.fanout))
+        nodes.append(float(level))
+        keys.append(max(1, int(round(below / level)) - 1))
+        below = level
+    return np.array(nodes), tuple(keys)
 
 
 # ---- key ranges per dataset ----------------------------------------------------------------------
