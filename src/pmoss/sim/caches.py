@@ -140,22 +140,18 @@ class Objects:
     the slice's subtree, root last (Che solves over all of them)."""
 
     visits: np.ndarray  # [N, C] visits per query of the slice to the whole class
-    count: np.ndarray  # [N, Cp] nodes per class (private classes only)
-    node_visits: np.ndarray  # [N, Cp] visits per query of the slice to ONE node of the class
+    count: np.ndarray  # [N, C] nodes per class
+    node_visits: np.ndarray  # [N, C] visits per query of the slice to ONE node of the class
     lines: np.ndarray  # [N, C] dependent lines touched per visit (search path; values for lookups)
     stream: np.ndarray  # [N, C] lines a visit streams (scans: the key lines copied beyond the search)
     is_leaf: np.ndarray  # [C] bool
-
-    @property
-    def n_private(self) -> int:
-        return self.count.shape[1]
 
 
 @dataclass(frozen=True)
 class Tables:
     """Per slice, on the log-tau GRID [J]: cache occupancy in lines g_s(tau) and its derivative
-    [N, J], and the share of each private class's dependent / streamed lines that hit [N, Cp, J]; footprint:
-    lines of the slice's private nodes that a visit can touch [N] (the group fits if their sum does)."""
+    [N, J], and the share of each class's dependent / streamed lines that hit [N, C, J]; footprint:
+    lines of the slice's nodes that a visit can touch [N] (the group fits if their sum does)."""
 
     occ: np.ndarray
     slope: np.ndarray
@@ -259,22 +255,18 @@ def group_hits(prof: SliceProfile, group: np.ndarray, n_groups: int, capacities:
     class, for each cache size in `capacities` (lines: one per cache, or [B, G] per group)."""
     _, obj, tab = _cached(prof)
     B, n = group.shape
-    cp = obj.n_private
+    cp = obj.count.shape[1]
     cap = np.stack([np.broadcast_to(np.asarray(c, dtype=float), (B, n_groups)) for c in capacities])  # [K, B, G]
     T = characteristic_time(prof, group, n_groups, cap)  # [K, B, G]
-    base = (np.arange(n)[:, None] * cp + np.arange(cp)) * GRID.size  # [N, Cp] rows of tab.hit
+    base = (np.arange(n)[:, None] * cp + np.arange(cp)) * GRID.size  # [N, C] rows of tab.hit
     out = []
     for k in range(len(capacities)):
         Ts = np.take_along_axis(T[k], group, axis=1)  # [B, N]
         j, frac = _grid_position(prof.share * Ts)  # [B, N]
         fits = Ts[..., None] >= FITS_T
-        pair = []
-        for table in (tab.hit, tab.hit_stream):
-            h = np.ones((B, n, obj.visits.shape[1]))
-            hp = _lookup(table, base[None] + j[..., None], frac[..., None])  # [B, N, Cp]
-            h[..., :cp] = np.where(fits, 1.0, np.clip(hp, 0.0, 1.0))
-            pair.append(h)
-        out.append(tuple(pair))
+        dep, stream = (np.where(fits, 1.0, np.clip(_lookup(table, base[None] + j[..., None], frac[..., None]), 0.0, 1.0))
+                       for table in (tab.hit, tab.hit_stream))  # [B, N, C] each
+        out.append((dep, stream))
     return out
 
 
@@ -330,12 +322,11 @@ def _l4_hits(hw: HW, prof: SliceProfile, pl: Placement, h3: np.ndarray) -> np.nd
     """A memory-side L4 caches the L3 misses to the memory it fronts: group = the slice's memory
     node (interleaved memory: all L4s act as one cache of M times the size)."""
     _, obj, _ = _cached(prof)
-    B, n, _ = h3.shape
-    p = obj.n_private
-    rate = prof.share[None, :, None] * obj.node_visits[None] * np.maximum(1 - h3[..., :p], 0.0)  # [B, N, Cp]
+    B, n, p = h3.shape
+    rate = prof.share[None, :, None] * obj.node_visits[None] * np.maximum(1 - h3, 0.0)  # [B, N, C]
     count = np.broadcast_to(obj.count, rate.shape)
     interleaved = pl.P.max(2) < 1.0  # [B, N]
     group = np.where(interleaved, hw.n_nodes, pl.P.argmax(2))  # id M = the pooled cache
     cap = np.concatenate([np.full(hw.n_nodes, hw.l4_nodes), [hw.l4_nodes * hw.n_nodes]])
     h = che_hits(rate.reshape(B, -1), count.reshape(B, -1), np.repeat(group, p, axis=1), hw.n_nodes + 1, cap[None])
-    return np.concatenate([h.reshape(B, n, p), np.ones((B, n, h3.shape[2] - p))], axis=2)
+    return h.reshape(B, n, p)
