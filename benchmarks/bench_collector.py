@@ -45,10 +45,10 @@ from typing import Any
 import numpy as np
 
 from pmoss.bench import best_time, write_record
-from pmoss.policies import generate
-from pmoss.runtime import BATCH_MAX_WAIT_US_DEFAULT, Runtime, library_path
-from pmoss.testbed import Testbed
-from pmoss.topology import discover
+from pmoss.collect.runtime import BATCH_MAX_WAIT_US_DEFAULT, Runtime, library_path
+from pmoss.collect.testbed import Testbed
+from pmoss.collect.topology import discover
+from pmoss.contracts.policies import generate
 
 KEYS, SLICES, GRANULARITY = 1_000_000, 256, 100
 PLAN_KEYS = 10_000_000  # plan.py's default n_records: the index size datasets are collected at

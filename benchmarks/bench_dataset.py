@@ -4,8 +4,8 @@
     404 episodes per cell, 256 slices; target <= 10 min on 2 cores). Baseline, same run: the
     per-episode path this replaced (one `simulate` call, one `episodes_to_table` and one
     `encode_snapshot` per episode), timed on a subset and expressed in episodes/s.
-(b) Samples (episodes) per second the loader delivers — `pmoss.train.EpisodeArrays` through a torch
-    DataLoader plus `pmoss.state.build_tiles` — against the samples per second one optimisation step
+(b) Samples (episodes) per second the loader delivers — `pmoss.learn.train.EpisodeArrays` through a torch
+    DataLoader plus `pmoss.data.state.build_tiles` — against the samples per second one optimisation step
     of the tiny model (training/dt-tiny.yaml) consumes, on the same data. Target: >= 10x.
 
 Usage: python benchmarks/bench_dataset.py [--episodes-per-cell N] [--keep DIR]
@@ -33,9 +33,9 @@ def du_mib(path: Path) -> float:
 
 
 def bench_build(work: Path, episodes_per_cell: int) -> Path:
-    from pmoss.collect import collect
-    from pmoss.dataset import build
-    from pmoss.plan import load_pool
+    from pmoss.collect.driver import collect
+    from pmoss.collect.plan import load_pool
+    from pmoss.data.dataset import build
 
     pool = load_pool(POOL, episodes_per_cell=episodes_per_cell)
     t0 = time.perf_counter()
@@ -53,11 +53,11 @@ def bench_build(work: Path, episodes_per_cell: int) -> Path:
 
 def reference_eps(pool, n: int = 100) -> float:
     """Episodes/s of the per-episode path (what collect + build did before vectorising)."""
-    from pmoss.collect import pending
-    from pmoss.schedule import ONE_CORE_KINDS
+    from pmoss.collect.driver import pending
+    from pmoss.contracts.schedule import ONE_CORE_KINDS
+    from pmoss.contracts.snapshot import episodes_to_table
+    from pmoss.data.tokens import encode_snapshot
     from pmoss.sim import load_sim_machine, simulate
-    from pmoss.snapshot import episodes_to_table
-    from pmoss.tokens import encode_snapshot
 
     with tempfile.TemporaryDirectory() as empty:
         everything = pending(pool, Path(empty))
@@ -73,10 +73,10 @@ def reference_eps(pool, n: int = 100) -> float:
 
 
 def bench_loader(data: Path, steps: int = 3, batches: int = 12) -> None:
-    from pmoss.io import load_model
-    from pmoss.model import DecisionTransformer
-    from pmoss.state import build_tiles
-    from pmoss.train import EpisodeArrays, TrainConfig, model_config_for
+    from pmoss.contracts.io import load_model
+    from pmoss.data.state import build_tiles
+    from pmoss.learn.model import DecisionTransformer
+    from pmoss.learn.train import EpisodeArrays, TrainConfig, model_config_for
 
     cfg = load_model(TrainConfig, REPO / "training/dt-tiny.yaml")
     t0 = time.perf_counter()

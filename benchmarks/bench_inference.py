@@ -15,13 +15,13 @@ import numpy as np
 import torch
 
 from pmoss.bench import best_time, write_record
-from pmoss.bundle import Bundle
-from pmoss.infer import rollout, snapshot_inputs
-from pmoss.machine import Caches, Cpu, Machine, default_reserved
-from pmoss.model import DecisionTransformer, DTConfig
-from pmoss.snapshot import SLICE_FEATURES
-from pmoss.state import build_tiles, eligibility, tile_cells
-from pmoss.tokens import META_NAMES, Stats
+from pmoss.contracts.machine import Caches, Cpu, Machine, default_reserved
+from pmoss.contracts.snapshot import SLICE_FEATURES
+from pmoss.data.state import build_tiles, eligibility
+from pmoss.data.tokens import META_NAMES, Stats
+from pmoss.learn.bundle import Bundle
+from pmoss.learn.model import DecisionTransformer, DTConfig
+from pmoss.learn.rollout import rollout, snapshot_inputs
 
 N = 256
 

@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 
 from pmoss.bench import write_record
-from pmoss.runtime import Runtime, library_path
+from pmoss.collect.runtime import Runtime, library_path
 
 BUILD = library_path().parent
 PAPER_MIGRATION_S_PER_SLICE = 0.1

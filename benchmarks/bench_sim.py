@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from pmoss.bench import best_time, write_record
-from pmoss.policies import PAPER_MIX, generate
+from pmoss.contracts.policies import PAPER_MIX, generate
 from pmoss.sim import load_sim_machine, simulate, simulate_batch
 
 MACHINE, WORKLOAD, DATASET, N_SLICES = "amd-milan-nps1", "ycsb-a", "dense", 256

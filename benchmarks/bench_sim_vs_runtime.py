@@ -50,18 +50,23 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
-import pyarrow.compute as pc
-
 from pmoss.bench import write_record
-from pmoss.policies import generate
-from pmoss.runtime import Runtime, library_path
-from pmoss.schedule import ONE_CORE_KINDS
+from pmoss.collect.runtime import Runtime, library_path
+from pmoss.collect.testbed import Testbed
+from pmoss.collect.topology import discover
+from pmoss.contracts.policies import generate
+from pmoss.contracts.schedule import ONE_CORE_KINDS
+from pmoss.contracts.workload import get_workload
 from pmoss.sim import Calibration, simulate_batch, throughput
-from pmoss.sim.calibration import (batch_ns_for, fit_l3_share, fit_op_ns, fit_scan_key_insn, fit_stream_mlp, model_batches_per_query,
-                                   single_op)
-from pmoss.testbed import Testbed
-from pmoss.topology import discover
-from pmoss.workload import get_workload
+from pmoss.sim.calibration import (
+    batch_ns_for,
+    fit_l3_share,
+    fit_op_ns,
+    fit_scan_key_insn,
+    fit_stream_mlp,
+    model_batches_per_query,
+    single_op,
+)
 
 WORKLOADS = ("ycsb-c", "ycsb-a", "ycsb-e", "rsi-20-30-50")
 KINDS = ("sn-spread", "os-default")

@@ -29,12 +29,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_inference import N, machine_64  # noqa: E402
 
 from pmoss.bench import write_record  # noqa: E402
-from pmoss.io import load_model  # noqa: E402
-from pmoss.learner import batch_tiles, build_algorithm  # noqa: E402
-from pmoss.machine import save_machine  # noqa: E402
-from pmoss.snapshot import SLICE_FEATURES  # noqa: E402
-from pmoss.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats  # noqa: E402
-from pmoss.train import EpisodeArrays, StepBatchSampler, TrainConfig, model_config_for  # noqa: E402
+from pmoss.contracts.io import load_model  # noqa: E402
+from pmoss.contracts.machine import save_machine  # noqa: E402
+from pmoss.contracts.snapshot import SLICE_FEATURES  # noqa: E402
+from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats  # noqa: E402
+from pmoss.learn.algorithms import build_algorithm  # noqa: E402
+from pmoss.learn.learner import batch_tiles  # noqa: E402
+from pmoss.learn.train import (  # noqa: E402
+    EpisodeArrays,
+    StepBatchSampler,
+    TrainConfig,
+    model_config_for,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

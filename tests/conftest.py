@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pmoss.machine import Caches, Cpu, Machine, default_reserved
+from pmoss.contracts.machine import Caches, Cpu, Machine, default_reserved
 
 
 def _write(path: Path, text: str) -> None:

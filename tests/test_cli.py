@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pmoss.machine import load_machine
+from pmoss.contracts.machine import load_machine
 
 
 def pmoss(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -14,10 +14,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pmoss.collect import CollectError, append_raw, collect, pending, plan_chunks, rows_to_table
-from pmoss.errors import ContractError
-from pmoss.plan import load_pool
-from pmoss.snapshot import SNAPSHOT_SCHEMA, episodes_to_table, raw_files, read_raw, write_parquet_atomic
+from pmoss.collect.driver import (
+    CollectError,
+    append_raw,
+    collect,
+    pending,
+    plan_chunks,
+    rows_to_table,
+)
+from pmoss.collect.plan import load_pool
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.snapshot import (
+    SNAPSHOT_SCHEMA,
+    episodes_to_table,
+    raw_files,
+    read_raw,
+    write_parquet_atomic,
+)
 
 BIN = Path(sys.executable).parent
 POOL = """name: t
@@ -65,8 +78,8 @@ def test_chunks_are_one_cell_each_and_bounded(tmp_path):
 
 
 def test_rows_to_table_matches_the_reference_builder():
+    from pmoss.contracts.policies import generate
     from pmoss.sim import load_sim_machine, simulate_batch
-    from pmoss.policies import generate
 
     m = load_sim_machine("amd-milan-nps4")  # AMD: null counters and null off-core lists
     scheds = [generate("sn-random", m, 8, seed=s) for s in (1, 2)]
@@ -148,7 +161,7 @@ def test_cli_reports_a_bad_pool_in_one_line(tmp_path):
 
 def learned_rows(tmp_path: Path, machine: str = "intel-skx-4s", n: int = 16) -> Path:
     """Raw episodes as serving would write them: schedules of kind `learned`."""
-    from pmoss.schedule import Schedule
+    from pmoss.contracts.schedule import Schedule
     from pmoss.sim import load_sim_machine, simulate_batch
 
     m = load_sim_machine(machine)

@@ -12,11 +12,17 @@ import pytest
 import yaml
 
 from pmoss import collector
-from pmoss.collect import collect, pending, spec_id
-from pmoss.dataset import validate_raw
-from pmoss.plan import load_pool
-from pmoss.runtime import library_path
-from pmoss.snapshot import CORE_FEATURES, OFFCORE_LINK, OFFCORE_NODE, raw_files, read_raw
+from pmoss.collect.driver import collect, pending, spec_id
+from pmoss.collect.plan import load_pool
+from pmoss.collect.runtime import library_path
+from pmoss.contracts.snapshot import (
+    CORE_FEATURES,
+    OFFCORE_LINK,
+    OFFCORE_NODE,
+    raw_files,
+    read_raw,
+)
+from pmoss.data.dataset import validate_raw
 
 pytestmark = pytest.mark.skipif(not library_path().exists(), reason="libpmoss.so is not built (make native)")
 

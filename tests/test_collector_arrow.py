@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from pmoss import collector
-from pmoss.snapshot import SLICE_FEATURES
+from pmoss.contracts.snapshot import SLICE_FEATURES
 
 NAMES = ["instructions", "task_clock_ns", "page_faults"]
 

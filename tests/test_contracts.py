@@ -1,6 +1,5 @@
 """Contracts as code: bad files name the file and the field; good ones round-trip."""
 
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -10,12 +9,22 @@ from conftest import small_machine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmoss.errors import ContractError
-from pmoss.machine import load_machine, save_machine
-from pmoss.plan import expand, kind_counts, load_pool
-from pmoss.policies import BASELINE_KINDS, generate
-from pmoss.schedule import Schedule, ScheduleError, load_schedule, save_schedule
-from pmoss.snapshot import SNAPSHOT_SCHEMA, episodes_to_table, read_raw, write_parquet_atomic
+from pmoss.collect.plan import expand, kind_counts, load_pool
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.machine import load_machine, save_machine
+from pmoss.contracts.policies import BASELINE_KINDS, generate
+from pmoss.contracts.schedule import (
+    Schedule,
+    ScheduleError,
+    load_schedule,
+    save_schedule,
+)
+from pmoss.contracts.snapshot import (
+    SNAPSHOT_SCHEMA,
+    episodes_to_table,
+    read_raw,
+    write_parquet_atomic,
+)
 
 
 def test_machine_roundtrip(tmp_path, toy_machine):
@@ -108,7 +117,7 @@ def test_pool_errors(tmp_path):
 
 
 def _row(eid: str, n: int = 4) -> dict:
-    from pmoss.snapshot import now_utc
+    from pmoss.contracts.snapshot import now_utc
 
     return dict(
         episode_id=eid, source="sim", machine="toy", host="toy", workload="ycsb-c", workload_params="{}", dataset="dense",

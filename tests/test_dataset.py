@@ -14,12 +14,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pmoss.collect import collect
-from pmoss.dataset import build, load_tokens, validate_raw
-from pmoss.errors import ContractError
-from pmoss.plan import load_pool
-from pmoss.snapshot import read_raw
-from pmoss.tokens import HOLDOUT, Holdout, encode_snapshot, split_of, tokenise_rows
+from pmoss.collect.driver import collect
+from pmoss.collect.plan import load_pool
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.snapshot import read_raw
+from pmoss.data.dataset import build, load_tokens, validate_raw
+from pmoss.data.tokens import HOLDOUT, Holdout, encode_snapshot, split_of, tokenise_rows
 
 BIN = Path(sys.executable).parent
 POOL = """name: t

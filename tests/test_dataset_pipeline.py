@@ -64,10 +64,10 @@ def scratch_repo(dst: Path) -> dict[str, str]:
 
 def learned_episodes(dst: Path, n: int) -> None:
     """What serving writes: raw episodes of kind `learned` on the target machine."""
-    from pmoss.collect import rows_to_table
-    from pmoss.schedule import Schedule
+    from pmoss.collect.driver import rows_to_table
+    from pmoss.contracts.schedule import Schedule
+    from pmoss.contracts.snapshot import write_parquet_atomic
     from pmoss.sim import load_sim_machine, simulate_batch
-    from pmoss.snapshot import write_parquet_atomic
 
     m = load_sim_machine("intel-skx-4s")
     cores = np.random.default_rng(0).choice(m.worker_cpus, (4, n))

@@ -11,13 +11,19 @@ import pytest
 import torch
 from conftest import small_machine
 
-from pmoss.bundle import load_bundle
-from pmoss.infer import propose
-from pmoss.learner import build_algorithm
-from pmoss.machine import save_machine
-from pmoss.snapshot import SLICE_FEATURES
-from pmoss.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats, split_of
-from pmoss.train import EpisodeArrays, StepBatchSampler, TrainConfig, model_config_for, top_quantile_mask
+from pmoss.contracts.machine import save_machine
+from pmoss.contracts.snapshot import SLICE_FEATURES
+from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats, split_of
+from pmoss.learn.algorithms import build_algorithm
+from pmoss.learn.bundle import load_bundle
+from pmoss.learn.rollout import propose
+from pmoss.learn.train import (
+    EpisodeArrays,
+    StepBatchSampler,
+    TrainConfig,
+    model_config_for,
+    top_quantile_mask,
+)
 
 N = 16
 TINY = {"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "conv_channels": 8, "dropout": 0.1}, "batch_size": 8, "lr": 3e-3, "warmup": 2,
@@ -108,7 +114,7 @@ def test_step_sampler_is_a_function_of_step_and_rank():
 
 @pytest.mark.parametrize("algo", ["dt", "bc", "cql"])
 def test_trained_bundle_rolls_out(tmp_path, algo, monkeypatch):
-    from pmoss.train import train
+    from pmoss.learn.train import train
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     data = make_tokens(tmp_path / "tok")
@@ -126,7 +132,7 @@ def test_trained_bundle_rolls_out(tmp_path, algo, monkeypatch):
 @pytest.mark.ci
 def test_resume_after_stop_matches_uninterrupted_run(tmp_path, monkeypatch):
     """A run cut at step 4 and resumed from last.ckpt ends bit-identical to one that ran 8 steps straight."""
-    from pmoss.train import train
+    from pmoss.learn.train import train
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     data = make_tokens(tmp_path / "tok")
@@ -143,7 +149,7 @@ def _accuracy(model, ds: EpisodeArrays) -> float:
     model.eval()
     with torch.no_grad():
         b = _batch(ds, list(range(len(ds))))
-        from pmoss.learner import batch_tiles
+        from pmoss.learn.learner import batch_tiles
 
         logits = model(b["meta"], b["rtg"], batch_tiles(b, model.cfg), b["cells"], b["eligible"])
         return float((logits.argmax(-1) == b["cells"]).float().mean())
@@ -173,16 +179,16 @@ def test_leakage_guard_own_counters_do_not_reveal_the_action(tmp_path, monkeypat
     _, held_out = _fit_on_leaky_data(tmp_path / "guarded", steps=120)
     assert held_out < chance + 0.08, f"held-out accuracy {held_out:.2f} vs chance {chance:.2f}: slice t's own counters leak into state t"
 
-    import pmoss.learner
+    import pmoss.learn.learner
 
-    monkeypatch.setattr(pmoss.learner, "build_tiles", _inclusive_tiles)
+    monkeypatch.setattr(pmoss.learn.learner, "build_tiles", _inclusive_tiles)
     _, leaked = _fit_on_leaky_data(tmp_path / "leaky", steps=120)
     assert leaked > held_out + 0.2, f"positive control: a leaking state should be exploitable ({leaked:.2f} vs {held_out:.2f})"
 
 
 def _inclusive_tiles(cells, feats, eligible, rows, cols):
     """A broken state builder: slice t's own features already summed into its cell in state t."""
-    from pmoss.state import build_tiles
+    from pmoss.data.state import build_tiles
 
     tiles = build_tiles(cells, feats, eligible, rows, cols)  # [B, N, C, R, K], exclusive
     onehot = torch.nn.functional.one_hot(cells, rows * cols).to(feats.dtype)  # [B, N, A]

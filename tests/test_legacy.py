@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pmoss.errors import ContractError
-from pmoss.legacy import LEGACY_COUNTERS, N_COUNTERS, N_SLICES, import_legacy
-from pmoss.snapshot import CORE_FEATURES, SNAPSHOT_SCHEMA, read_raw
+from pmoss.collect.legacy import LEGACY_COUNTERS, N_COUNTERS, N_SLICES, import_legacy
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.snapshot import CORE_FEATURES, SNAPSHOT_SCHEMA, read_raw
 
 SWEEPERS = (0, 8)  # one sweeper CPU per node, = directory names
 ROWS = 3
@@ -141,7 +141,7 @@ def test_command_is_typer_compatible(kb: dict, tmp_path: Path) -> None:
     typer = pytest.importorskip("typer")
     from typer.testing import CliRunner
 
-    from pmoss.legacy import import_legacy_command
+    from pmoss.collect.legacy import import_legacy_command
 
     app = typer.Typer()
     app.command()(import_legacy_command)

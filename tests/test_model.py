@@ -5,13 +5,13 @@ import pytest
 import torch
 from conftest import small_machine
 
-from pmoss.bundle import Bundle, load_bundle, save_bundle
-from pmoss.errors import PmossError
-from pmoss.infer import propose, rollout, snapshot_inputs
-from pmoss.model import DecisionTransformer, DTConfig
-from pmoss.snapshot import SLICE_FEATURES
-from pmoss.state import RunningTile, build_tiles, eligibility, tile_cells
-from pmoss.tokens import META_NAMES, Stats
+from pmoss.contracts.errors import PmossError
+from pmoss.contracts.snapshot import SLICE_FEATURES
+from pmoss.data.state import RunningTile, build_tiles, eligibility, tile_cells
+from pmoss.data.tokens import META_NAMES, Stats
+from pmoss.learn.bundle import Bundle, load_bundle, save_bundle
+from pmoss.learn.model import DecisionTransformer, DTConfig
+from pmoss.learn.rollout import propose, rollout, snapshot_inputs
 
 N = 12
 

@@ -10,12 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pmoss.bundle import Bundle, load_bundle, save_bundle
-from pmoss.errors import ContractError
-from pmoss.model import DecisionTransformer, DTConfig
-from pmoss.posttrain import PostTrainConfig, post_train, table
-from pmoss.snapshot import SLICE_FEATURES, raw_files
-from pmoss.tokens import META_NAMES, Stats
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.snapshot import SLICE_FEATURES, raw_files
+from pmoss.data.tokens import META_NAMES, Stats
+from pmoss.learn.bundle import Bundle, load_bundle, save_bundle
+from pmoss.learn.model import DecisionTransformer, DTConfig
+from pmoss.serve.posttrain import PostTrainConfig, post_train, table
 
 N = 32
 MACHINE = "intel-skx-4s"  # 8 nodes x at most 14 workers: the tile below

@@ -11,9 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from pmoss.collect import CollectError, collect, plan_chunks, pending, task_options
-from pmoss.plan import load_pool
-from pmoss.snapshot import raw_files, read_raw
+from pmoss.collect.driver import (
+    CollectError,
+    collect,
+    pending,
+    plan_chunks,
+    task_options,
+)
+from pmoss.collect.plan import load_pool
+from pmoss.contracts.snapshot import raw_files, read_raw
 
 ray = pytest.importorskip("ray")
 

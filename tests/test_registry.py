@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pmoss.bundle import Bundle, save_bundle
-from pmoss.model import DecisionTransformer, DTConfig
-from pmoss.registry import RegistryError, fetch, gate, promote, register, rollback
-from pmoss.snapshot import SLICE_FEATURES
-from pmoss.tokens import META_NAMES, Stats
+from pmoss.contracts.snapshot import SLICE_FEATURES
+from pmoss.data.tokens import META_NAMES, Stats
+from pmoss.learn.bundle import Bundle, save_bundle
+from pmoss.learn.model import DecisionTransformer, DTConfig
+from pmoss.serve.gate import gate, promote
+from pmoss.serve.registry import RegistryError, fetch, register, rollback
 
 N = 32
 

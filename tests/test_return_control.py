@@ -38,10 +38,10 @@ def beats(samples: dict[str, dict[str, list[float]]], control: str, model: str) 
 @pytest.mark.slow
 @pytest.mark.ci
 def test_shuffled_return_control_does_not_beat_the_real_model(tmp_path, monkeypatch):
-    from pmoss.collect import collect
-    from pmoss.dataset import build
-    from pmoss.plan import Pool
-    from pmoss.train import TrainConfig, train
+    from pmoss.collect.driver import collect
+    from pmoss.collect.plan import Pool
+    from pmoss.data.dataset import build
+    from pmoss.learn.train import TrainConfig, train
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     pool = Pool(name="control", machines=MACHINES, workloads=WORKLOADS, episodes_per_cell=32, n_slices=N_SLICES, seed=0)

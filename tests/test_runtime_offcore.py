@@ -85,9 +85,9 @@ def test_offcore_readings_per_run_in_the_snapshot(imc_root: Path) -> None:
 def test_testbed_rows_carry_offcore_readings(imc_root: Path) -> None:
     if _perf_refused_prefix() == []:
         pytest.skip("system-wide perf events are refused to this process")
-    from pmoss.policies import generate
-    from pmoss.testbed import Testbed
-    from pmoss.topology import discover
+    from pmoss.collect.testbed import Testbed
+    from pmoss.collect.topology import discover
+    from pmoss.contracts.policies import generate
 
     bed = Testbed(discover(name="localhost"), 20_000, n_slices=8, probe="software", offcore=str(imc_root))
     bed.enforce(generate("sn-spread", bed.machine, 8))
@@ -101,9 +101,9 @@ def test_testbed_rows_carry_offcore_readings(imc_root: Path) -> None:
 
 _REFUSED_CHILD = """
 import json, sys
-from pmoss.policies import generate
-from pmoss.testbed import Testbed
-from pmoss.topology import discover
+from pmoss.contracts.policies import generate
+from pmoss.collect.testbed import Testbed
+from pmoss.collect.topology import discover
 bed = Testbed(discover(name="localhost"), 20000, n_slices=8, probe="software", offcore=sys.argv[1])
 bed.enforce(generate("sn-spread", bed.machine, 8))
 rows = [bed.run("ycsb-c", 0.05, seed=s) for s in (1, 2)]

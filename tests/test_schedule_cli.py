@@ -5,11 +5,11 @@ import sys
 
 from test_serve import _bundle
 
-from pmoss.policies import generate
-from pmoss.schedule import load_schedule
+from pmoss.contracts.policies import generate
+from pmoss.contracts.schedule import load_schedule
+from pmoss.contracts.snapshot import episodes_to_table, write_parquet_atomic
+from pmoss.contracts.workload import get_workload
 from pmoss.sim import load_sim_machine, simulate
-from pmoss.snapshot import episodes_to_table, write_parquet_atomic
-from pmoss.workload import get_workload
 
 
 def test_schedule_from_snapshot(tmp_path):

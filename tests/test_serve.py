@@ -8,13 +8,23 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pmoss.bundle import Bundle, save_bundle
-from pmoss.errors import ContractError
-from pmoss.model import DecisionTransformer, DTConfig
-from pmoss.serve import Champion, ServeConfig, SimBackend, Timeline, compare_phases, parse_phases, profile, serve, shift
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.snapshot import SLICE_FEATURES
+from pmoss.data.tokens import META_NAMES, Stats
+from pmoss.learn.bundle import Bundle, save_bundle
+from pmoss.learn.model import DecisionTransformer, DTConfig
+from pmoss.serve.serve import (
+    Champion,
+    ServeConfig,
+    SimBackend,
+    Timeline,
+    compare_phases,
+    parse_phases,
+    profile,
+    serve,
+    shift,
+)
 from pmoss.sim import load_sim_machine
-from pmoss.snapshot import SLICE_FEATURES
-from pmoss.tokens import META_NAMES, Stats
 
 N = 32
 
@@ -40,9 +50,9 @@ def test_parse_phases_errors():
 
 
 def test_shift_detects_workload_change():
-    from pmoss.policies import generate
+    from pmoss.contracts.policies import generate
+    from pmoss.contracts.workload import get_workload
     from pmoss.sim import simulate
-    from pmoss.workload import get_workload
 
     m = load_sim_machine("intel-skx-4s")
     s = generate("sn-grouped", m, N)
@@ -73,8 +83,8 @@ def test_serve_sim_end_to_end(tmp_path):
 
 
 def test_champion_reload_and_unreachable_server(tmp_path, monkeypatch):
-    from pmoss.registry import register
-    from pmoss.tracking import mlflow_client
+    from pmoss.learn.tracking import mlflow_client
+    from pmoss.serve.registry import register
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow/mlflow.db")
     v1 = register(_bundle(tmp_path / "a"), "pmoss-dt", None, None, alias="champion")
@@ -110,12 +120,12 @@ def test_serve_keeps_schedule_when_model_cannot_load(tmp_path):
 
 
 def test_serve_runtime_backend_measures_overheads(tmp_path):
-    from pmoss.runtime import library_path
+    from pmoss.collect.runtime import library_path
 
     if not library_path().exists():
         pytest.skip("libpmoss.so is not built (make native)")
-    from pmoss.serve import RuntimeBackend, overheads
-    from pmoss.topology import discover
+    from pmoss.collect.topology import discover
+    from pmoss.serve.serve import RuntimeBackend, overheads
 
     timeline = Timeline()
     champion = Champion(str(_bundle(tmp_path)), timeline)
@@ -134,7 +144,7 @@ class _RejectingBackend(SimBackend):
     """A runtime that refuses every learned schedule (as the C runtime does for a bad one)."""
 
     def enforce(self, schedule):
-        from pmoss.schedule import ScheduleError
+        from pmoss.contracts.schedule import ScheduleError
 
         if schedule.kind == "learned":
             raise ScheduleError("slice 3: core 99 does not exist")

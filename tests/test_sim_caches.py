@@ -7,15 +7,22 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from pmoss.contracts.policies import generate
+from pmoss.contracts.workload import OpMix, Workload, get_workload
 from pmoss.sim import Calibration
-from pmoss.policies import generate
-from pmoss.sim.caches import INNER_LINES, LEAF_LINES, distinct_below, hit_rates, scan_lines, search_lines
+from pmoss.sim.caches import (
+    INNER_LINES,
+    LEAF_LINES,
+    distinct_below,
+    hit_rates,
+    scan_lines,
+    search_lines,
+)
+from pmoss.sim.calibration import fit_l3_share, single_op, worker_ns
 from pmoss.sim.hardware import hw_for
 from pmoss.sim.placement import from_schedules
-from pmoss.sim.profile import slice_profile
-from pmoss.sim.calibration import fit_l3_share, single_op, worker_ns
 from pmoss.sim.pool import load_sim_machine
-from pmoss.workload import OpMix, Workload, get_workload
+from pmoss.sim.profile import slice_profile
 
 MACHINE = "amd-milan-nps1"  # AMD, 32 MiB L3 domains, like this project's host
 N = 256

@@ -7,14 +7,26 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pmoss.policies import generate
+from pmoss.contracts.policies import generate
+from pmoss.contracts.workload import get_workload
 from pmoss.sim import Calibration, throughput
-from pmoss.sim.calibration import (STREAM_MLP_RANGE, batch_ns_for, fit_ipc, fit_op_ns, fit_scan_key_insn, fit_stream_mlp, ipc_for,
-                                   model_batches_per_query, op_ns_for, scan_key_insn_for, single_op, worker_ns)
+from pmoss.sim.calibration import (
+    STREAM_MLP_RANGE,
+    batch_ns_for,
+    fit_ipc,
+    fit_op_ns,
+    fit_scan_key_insn,
+    fit_stream_mlp,
+    ipc_for,
+    model_batches_per_query,
+    op_ns_for,
+    scan_key_insn_for,
+    single_op,
+    worker_ns,
+)
 from pmoss.sim.hardware import hw_for
 from pmoss.sim.placement import from_schedules
 from pmoss.sim.pool import load_sim_machine
-from pmoss.workload import get_workload
 
 N_REC, N = 100_000, 64
 MACHINE = "amd-milan-nps1"

@@ -3,7 +3,7 @@
 import pytest
 from typer.testing import CliRunner
 
-from pmoss.errors import ContractError
+from pmoss.contracts.errors import ContractError
 from pmoss.sim.cli import app
 
 runner = CliRunner()

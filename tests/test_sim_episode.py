@@ -3,11 +3,17 @@
 import numpy as np
 import pytest
 
-from pmoss.errors import ContractError
-from pmoss.policies import generate
-from pmoss.schedule import Schedule
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.policies import generate
+from pmoss.contracts.schedule import Schedule
+from pmoss.contracts.snapshot import (
+    CORE_FEATURES,
+    OFFCORE_LINK,
+    OFFCORE_NODE,
+    SNAPSHOT_SCHEMA,
+    episodes_to_table,
+)
 from pmoss.sim import load_sim_machine, simulate, simulate_batch, throughput
-from pmoss.snapshot import CORE_FEATURES, OFFCORE_LINK, OFFCORE_NODE, SNAPSHOT_SCHEMA, episodes_to_table
 
 N, N_REC = 32, 200_000
 KW = dict(n_records=N_REC, window_s=2.0)
@@ -105,10 +111,10 @@ def test_counts_never_negative_on_any_pool_machine():
     """Raw counts are physical: rounding in miss rates must not produce -1e-8 (dataset validation rejects it)."""
     import numpy as np
 
-    from pmoss.policies import BASELINE_KINDS, generate
+    from pmoss.contracts.policies import BASELINE_KINDS, generate
+    from pmoss.contracts.snapshot import SLICE_FEATURES
+    from pmoss.contracts.workload import PAPER_WORKLOADS
     from pmoss.sim import list_machines, load_sim_machine, simulate_batch
-    from pmoss.snapshot import SLICE_FEATURES
-    from pmoss.workload import PAPER_WORKLOADS
 
     for name in list_machines():
         m = load_sim_machine(name)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pmoss.policies import BASELINE_KINDS
+from pmoss.contracts.policies import BASELINE_KINDS
 from pmoss.sim import fidelity_checks, fidelity_table
 from pmoss.sim.fidelity import MAX_SPREAD, PENDING, runtime_check
 

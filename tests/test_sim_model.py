@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from pmoss.machine import Machine
-from pmoss.policies import BASELINE_KINDS, generate
+from pmoss.contracts.machine import Machine
+from pmoss.contracts.policies import BASELINE_KINDS, generate
+from pmoss.contracts.workload import WORKLOADS
 from pmoss.sim import load_sim_machine, throughput
 from pmoss.sim.hardware import hw_for
 from pmoss.sim.model import solve
 from pmoss.sim.placement import from_actions, from_schedules
 from pmoss.sim.profile import slice_profile
-from pmoss.workload import WORKLOADS
 
 N, N_REC = 64, 1_000_000
 CASES = [("amd-milan-nps4", "ycsb-c"), ("intel-snb-4s", "scan"), ("intel-skx-4s", "rsi-20-30-50"), ("ibm-power8", "ycsb-a")]
@@ -104,7 +104,8 @@ def test_placement_changes_throughput_and_winners_depend_on_the_machine():
     assert len(winners) > 1
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 
 @settings(max_examples=25, deadline=None)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pmoss.errors import ContractError
-from pmoss.policies import generate
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.policies import generate
 from pmoss.sim import load_sim_machine, oracle, throughput
 
 N, N_REC = 32, 200_000

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pmoss.errors import ContractError
-from pmoss.machine import default_reserved
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.machine import default_reserved
 from pmoss.sim import PAPER_MACHINES, UNSEEN_MACHINES, list_machines, load_sim_machine
 from pmoss.sim.descriptors import SPECS, render
 from pmoss.sim.pool import descriptor_path

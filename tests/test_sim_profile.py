@@ -3,8 +3,17 @@
 import numpy as np
 import pytest
 
-from pmoss.sim.profile import YCSB_ITEM_COUNT, fnv64, geometry, insert_order, slice_bounds, slice_profile, subtree_levels, zipf_head
-from pmoss.workload import WORKLOADS, Workload, OpMix
+from pmoss.contracts.workload import WORKLOADS, OpMix, Workload
+from pmoss.sim.profile import (
+    YCSB_ITEM_COUNT,
+    fnv64,
+    geometry,
+    insert_order,
+    slice_bounds,
+    slice_profile,
+    subtree_levels,
+    zipf_head,
+)
 
 N_REC, N = 1_000_000, 64
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from pmoss.topology import TopologyError, discover, parse_cpulist
+from pmoss.collect.topology import TopologyError, discover, parse_cpulist
 
 
 def test_parse_cpulist():

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from test_learners import TINY, make_tokens
 
-from pmoss.bundle import load_bundle
-from pmoss.train import TrainConfig
+from pmoss.learn.bundle import load_bundle
+from pmoss.learn.train import TrainConfig
 
 
 @pytest.mark.slow  # ~50 s on 2 cores (ray.init, two worker processes each importing Lightning): too slow for `ci`
 def test_ray_two_cpu_workers_train_a_bundle(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
-    from pmoss.ray_train import train_on_ray
+    from pmoss.learn.ray_train import train_on_ray
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     data = make_tokens(tmp_path / "tok")

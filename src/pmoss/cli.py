@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from pmoss.errors import PmossError
+from pmoss.contracts.errors import PmossError
 
 app = typer.Typer(
     name="pmoss",
@@ -34,8 +34,8 @@ def topology(
     """Read this host's sysfs (CPUs, packages, NUMA nodes, L3 sharing, SMT) and write a machine descriptor."""
     import yaml
 
-    from pmoss.machine import save_machine
-    from pmoss.topology import discover
+    from pmoss.collect.topology import discover
+    from pmoss.contracts.machine import save_machine
 
     machine = discover(root, name=name)
     if output is None:
@@ -46,16 +46,17 @@ def topology(
 
 
 def _mount_subcommands() -> None:
-    from pmoss.collect import collect_command
-    from pmoss.dataset import app as dataset_app
+    from pmoss.collect.driver import collect_command
+    from pmoss.collect.legacy import import_legacy_command
+    from pmoss.data.dataset import app as dataset_app
     from pmoss.evaluate import evaluate_command
-    from pmoss.infer import schedule_command
-    from pmoss.legacy import import_legacy_command
-    from pmoss.registry import app as registry_app
-    from pmoss.posttrain import post_train_command
-    from pmoss.serve import serve_command
+    from pmoss.learn.cli import train_command
+    from pmoss.serve.gate import promote_command
+    from pmoss.serve.infer import schedule_command
+    from pmoss.serve.posttrain import post_train_command
+    from pmoss.serve.registry import app as registry_app
+    from pmoss.serve.serve import serve_command
     from pmoss.sim.cli import app as sim_app
-    from pmoss.train import train_command
 
     app.command("collect")(collect_command)
     app.add_typer(dataset_app, name="dataset")
@@ -63,6 +64,7 @@ def _mount_subcommands() -> None:
     app.command("schedule")(schedule_command)
     app.command("evaluate")(evaluate_command)
     app.command("import-legacy")(import_legacy_command)
+    registry_app.command("promote")(promote_command)
     app.add_typer(registry_app, name="registry")
     app.add_typer(sim_app, name="sim")
     app.command("serve")(serve_command)

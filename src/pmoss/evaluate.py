@@ -18,10 +18,10 @@ import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from pmoss.io import atomic_write_text, load_model
-from pmoss.policies import BASELINE_KINDS, generate
-from pmoss.schedule import ONE_CORE_KINDS, Schedule
-from pmoss.workload import get_workload
+from pmoss.contracts.io import atomic_write_text, load_model
+from pmoss.contracts.policies import BASELINE_KINDS, generate
+from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule
+from pmoss.contracts.workload import get_workload
 
 EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values; runs are seeded base + r
 
@@ -62,7 +62,7 @@ def cell_snapshot(machine: Any, workload: str, cfg: EvalConfig) -> dict[str, Any
 
 def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg: EvalConfig, keep: dict[str, Schedule] | None = None) -> dict[str, float]:
     """Throughput per policy in one cell; learned and oracle schedules are also put in `keep`."""
-    from pmoss.infer import propose
+    from pmoss.learn.rollout import propose
     from pmoss.sim import load_sim_machine
 
     machine = load_sim_machine(machine_name)
@@ -97,7 +97,7 @@ def sample_cells(cfg: EvalConfig, bundles: dict[str, Any], k: int = 16, temperat
     target and evaluation seeds as `evaluate_cells`, so a policy is judged on k draws instead of on
     its one greedy schedule (whose rank against another model's is close to a coin flip when the
     two policies are similar). `cap` overrides the slices-per-core cap (default: as in propose)."""
-    from pmoss.infer import rollout
+    from pmoss.learn.rollout import rollout
     from pmoss.sim import load_sim_machine
 
     out: dict[str, dict[str, list[float]]] = {}
@@ -233,7 +233,7 @@ def evaluate_command(
     oracle: Annotated[Optional[bool], typer.Option("--oracle/--no-oracle", help="Also search an oracle schedule per cell.")] = None,
 ) -> None:
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
-    from pmoss.bundle import load_bundle
+    from pmoss.learn.bundle import load_bundle
 
     cfg = load_model(EvalConfig, config)
     cfg = cfg.model_copy(update={k: v for k, v in {"n_slices": n_slices, "oracle": oracle}.items() if v is not None})

@@ -6,11 +6,23 @@ Every episode it writes says `source=sim`. Entry points:
 `fidelity_table` (the checks of docs/machine-model.md).
 """
 
-from pmoss.sim.episode import SimInputError, simulate, simulate_batch, throughput, unavailable_features
+from pmoss.sim.episode import (
+    SimInputError,
+    simulate,
+    simulate_batch,
+    throughput,
+    unavailable_features,
+)
 from pmoss.sim.fidelity import fidelity_checks, fidelity_table
 from pmoss.sim.hardware import Calibration
 from pmoss.sim.oracle import oracle
-from pmoss.sim.pool import PAPER_MACHINES, UNSEEN_MACHINES, UnknownMachineError, list_machines, load_sim_machine
+from pmoss.sim.pool import (
+    PAPER_MACHINES,
+    UNSEEN_MACHINES,
+    UnknownMachineError,
+    list_machines,
+    load_sim_machine,
+)
 
 __all__ = [
     "PAPER_MACHINES", "UNSEEN_MACHINES", "Calibration", "SimInputError", "UnknownMachineError",

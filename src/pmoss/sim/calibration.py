@@ -14,14 +14,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from pmoss.machine import Machine
-from pmoss.schedule import Schedule
+from pmoss.contracts.machine import Machine
+from pmoss.contracts.schedule import Schedule
+from pmoss.contracts.workload import OpMix, Workload
 from pmoss.sim.episode import model_run, resolve
 from pmoss.sim.hardware import Calibration, hw_for
 from pmoss.sim.model import batches_per_query
 from pmoss.sim.placement import from_actions, from_schedules
 from pmoss.sim.profile import insert_order, slice_profile
-from pmoss.workload import OpMix, Workload
 
 FIT_PASSES = 3  # mem_ns moves slightly with X (queueing): re-solve until the fit settles
 OPS = ("read", "update", "insert", "scan")

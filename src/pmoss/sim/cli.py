@@ -11,11 +11,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pmoss.io import atomic_write_text
-from pmoss.policies import BASELINE_KINDS, generate
+from pmoss.contracts.io import atomic_write_text
+from pmoss.contracts.policies import BASELINE_KINDS, generate
+from pmoss.contracts.workload import DATASETS, WORKLOADS
 from pmoss.sim.episode import SimInputError, simulate
 from pmoss.sim.pool import descriptor_path, list_machines, load_sim_machine
-from pmoss.workload import DATASETS, WORKLOADS
 
 app = typer.Typer(help="Simulated testbed (every result says source=sim).", no_args_is_help=True, add_completion=False)
 out = Console()

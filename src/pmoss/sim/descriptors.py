@@ -3,7 +3,7 @@
 The descriptors list every logical CPU, which is tedious and error-prone by hand, so this module
 holds the public facts of each machine (with their sources) and lays out the CPUs the way Linux
 numbers them. Run `python -m pmoss.sim.descriptors` to regenerate; the YAML files are the
-contract (`pmoss.machine.Machine`), this module is only how they were written.
+contract (`pmoss.contracts.machine.Machine`), this module is only how they were written.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from pmoss.io import atomic_write_text
-from pmoss.machine import Cpu, Machine, default_reserved
+from pmoss.contracts.io import atomic_write_text
+from pmoss.contracts.machine import Cpu, Machine, default_reserved
 
 MACHINE_DIR = Path(__file__).parent / "machines"
 

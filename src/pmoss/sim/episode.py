@@ -15,16 +15,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from pmoss import __version__
-from pmoss.errors import ContractError
-from pmoss.machine import Machine
-from pmoss.schedule import ONE_CORE_KINDS, Schedule
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.machine import Machine
+from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule
+from pmoss.contracts.snapshot import (
+    CORE_FEATURES,
+    OFFCORE_LINK,
+    OFFCORE_NODE,
+    SOFTWARE_FEATURES,
+    episode_id,
+    now_utc,
+)
+from pmoss.contracts.workload import Workload, check_dataset, get_workload
 from pmoss.sim.hardware import HW, Calibration, hw_for
 from pmoss.sim.model import Demand, Solution, solve
-from pmoss.sim.placement import Placement, from_actions, from_schedules, grown_share, one_core_actions, with_first_touch
+from pmoss.sim.placement import (
+    Placement,
+    from_actions,
+    from_schedules,
+    grown_share,
+    one_core_actions,
+    with_first_touch,
+)
 from pmoss.sim.pool import load_sim_machine
 from pmoss.sim.profile import SliceProfile, insert_order, slice_bounds, slice_profile
-from pmoss.snapshot import CORE_FEATURES, OFFCORE_LINK, OFFCORE_NODE, SOFTWARE_FEATURES, episode_id, now_utc
-from pmoss.workload import Workload, check_dataset, get_workload
 
 COLLECTOR = f"pmoss.sim {__version__}"
 NOISE_EPISODE = 0.02  # sigma of log throughput between runs of one schedule
@@ -151,7 +165,7 @@ def _validated(inp: Inputs, schedules: Sequence[Schedule]) -> tuple[list[Schedul
 def simulate(machine: Machine | str, workload: Workload | str, dataset: str, schedule: Schedule, *, seed: int,
              run_index: int = 0, n_records: int = 10_000_000, window_s: float = 10.0,
              calibration: Calibration | None = None) -> dict:
-    """One simulated episode as a raw snapshot row (dict in `pmoss.snapshot.SNAPSHOT_SCHEMA`)."""
+    """One simulated episode as a raw snapshot row (dict in `pmoss.contracts.snapshot.SNAPSHOT_SCHEMA`)."""
     return simulate_batch(machine, workload, dataset, [schedule], seeds=[seed], run_indices=[run_index],
                           n_records=n_records, window_s=window_s, calibration=calibration)[0]  # fmt: skip
 

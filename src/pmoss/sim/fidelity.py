@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pmoss.bench import RESULTS
-from pmoss.policies import BASELINE_KINDS, generate
+from pmoss.contracts.policies import BASELINE_KINDS, generate
+from pmoss.contracts.workload import PAPER_WORKLOADS
 from pmoss.sim.episode import throughput
 from pmoss.sim.oracle import oracle
 from pmoss.sim.pool import PAPER_MACHINES, load_sim_machine
-from pmoss.workload import PAPER_WORKLOADS
 
 MAX_SPREAD = 6.5  # best/worst baseline; the paper's largest gap was 5.91x ("about 6x")
 

@@ -12,7 +12,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from pmoss.machine import Machine
+from pmoss.contracts.machine import Machine
 from pmoss.sim.profile import NODE_BYTES
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from pmoss.machine import Machine
-from pmoss.policies import generate
-from pmoss.schedule import Schedule
+from pmoss.contracts.machine import Machine
+from pmoss.contracts.policies import generate
+from pmoss.contracts.schedule import Schedule
+from pmoss.contracts.workload import Workload
 from pmoss.sim.episode import Inputs, SimInputError, model_run, resolve
 from pmoss.sim.hardware import HW, hw_for
 from pmoss.sim.placement import from_actions
-from pmoss.workload import Workload
 
 SEED_KINDS = ("sn-grouped", "sn-spread", "sn-mixed", "sn-random")
 SEED_VARIANTS = 4  # generator seeds tried per heuristic kind

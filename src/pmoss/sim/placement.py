@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pmoss.schedule import ONE_CORE_KINDS, Schedule
+from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule
 from pmoss.sim.hardware import HW
 
 LOADER_NODE = 0  # os-default: one loader thread first-touches every bulk-loaded page, on node 0

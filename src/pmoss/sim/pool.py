@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pmoss.errors import ContractError
-from pmoss.machine import Machine, load_machine
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.machine import Machine, load_machine
 
 MACHINE_DIR = Path(__file__).parent / "machines"
 # The paper's offline pool (DESIGN §5); `ibm-power8` is the unseen machine.

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from pmoss.workload import Workload
+from pmoss.contracts.workload import Workload
 
 LEAF_CAPACITY = 255  # entries per leaf (DESIGN §5)
 INNER_CAPACITY = 255  # a 4 KiB inner node: 8-byte keys + 8-byte child pointers

@@ -1,0 +1,149 @@
+"""Pools and plans: which episodes to collect (machines x workloads x datasets x schedule kinds).
+
+A pool file (`datasets/pools/*.yaml`) names the cells and the schedule-kind mix; `expand()`
+turns it into a deterministic list of episode specs. The same pool always expands to the same
+specs, so episode ids are stable and collection is resumable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+from pmoss.contracts.io import read_mapping, validate_model
+from pmoss.contracts.policies import PAPER_MIX
+from pmoss.contracts.schedule import ONE_CORE_KINDS, SHARED_KINDS
+from pmoss.contracts.workload import DATASETS, WORKLOADS
+
+Backend = Literal["sim", "runtime"]
+
+
+class Pool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    backend: Backend = "sim"
+    machines: list[str] = Field(min_length=1)
+    workloads: list[str] = Field(min_length=1)
+    datasets: list[str] = ["dense"]
+    mix: dict[str, float] = dict(PAPER_MIX)  # one-core kind -> fraction of a cell's episodes
+    shared_kinds: list[str] = []  # OS/SE/SN:N modes: runs_per_shared_kind episodes each per cell
+    runs_per_shared_kind: int = Field(default=1, ge=0)
+    episodes_per_cell: PositiveInt
+    n_slices: PositiveInt = 256
+    n_records: PositiveInt = 10_000_000
+    window_s: PositiveFloat = 10.0
+    seed: int = 0
+    # machine -> testbed host: those episodes run only on that host (Ray resource `host:<name>`)
+    hosts: dict[str, str] = {}
+    # machine -> descriptor file for real hosts; absent = `pmoss topology` of the host the episode runs on
+    descriptors: dict[str, str] = {}
+
+    @field_validator("workloads")
+    @classmethod
+    def _known_workloads(cls, v: list[str]) -> list[str]:
+        bad = [w for w in v if w not in WORKLOADS]
+        if bad:
+            raise ValueError(f"unknown workload '{bad[0]}' (known: {', '.join(WORKLOADS)})")
+        return v
+
+    @field_validator("datasets")
+    @classmethod
+    def _known_datasets(cls, v: list[str]) -> list[str]:
+        bad = [d for d in v if d not in DATASETS]
+        if bad:
+            raise ValueError(f"unknown dataset '{bad[0]}' (known: {', '.join(DATASETS)})")
+        return v
+
+    @model_validator(mode="after")
+    def _mix(self) -> Pool:
+        bad = [k for k in self.mix if k not in ONE_CORE_KINDS or k == "learned"]
+        if bad:
+            raise ValueError(f"mix: '{bad[0]}' is not a generated one-core kind ({', '.join(ONE_CORE_KINDS[:-1])})")
+        if any(v < 0 for v in self.mix.values()) or abs(sum(self.mix.values()) - 1) > 0.005:
+            raise ValueError(f"mix: fractions must be >= 0 and sum to 1, they sum to {sum(self.mix.values()):g}")
+        bad = [k for k in self.shared_kinds if k not in SHARED_KINDS]
+        if bad:
+            raise ValueError(f"shared_kinds: '{bad[0]}' is not one of {', '.join(SHARED_KINDS)}")
+        return self._hosts()
+
+    def _hosts(self) -> Pool:
+        stray = [m for m in self.hosts if m not in self.machines]
+        if stray:
+            raise ValueError(f"hosts: machine '{stray[0]}' is not in machines ({', '.join(self.machines)})")
+        unbound = [m for m in self.machines if m not in self.hosts]
+        if self.backend == "runtime" and unbound:
+            raise ValueError(f"hosts: backend 'runtime' runs on real testbed hosts; machine '{unbound[0]}' has no host")
+        return self
+
+
+class EpisodeSpec(BaseModel):
+    """One episode to run: a schedule (kind + seed) on a machine under a workload."""
+
+    model_config = ConfigDict(frozen=True)
+    machine: str
+    workload: str
+    dataset: str
+    kind: str
+    schedule_seed: int
+    seed: int  # workload / noise seed
+    run_index: int
+    n_slices: int
+    n_records: int
+    window_s: float
+    backend: Backend
+    host: str | None = None  # testbed host the episode must run on; None = anywhere
+    descriptor: str | None = None  # a real host's descriptor file (runtime backend)
+
+    @property
+    def cell(self) -> tuple[str, str, str, int, int, float, str, str | None]:
+        """Episodes with the same cell can share one backend call (and one output file)."""
+        return (self.machine, self.workload, self.dataset, self.n_slices, self.n_records, self.window_s, self.backend, self.host)
+
+
+def load_pool(path: Path, **overrides: object) -> Pool:
+    data = read_mapping(Path(path))
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return validate_model(Pool, data, source=str(path))
+
+
+def kind_counts(mix: dict[str, float], n: int) -> dict[str, int]:
+    """Split n episodes over kinds by largest remainder, so counts sum to n exactly."""
+    total = sum(mix.values())  # the paper's rounded mix sums to 1.002
+    raw = {k: v / total * n for k, v in mix.items()}
+    counts = {k: int(v) for k, v in raw.items()}
+    for k in sorted(raw, key=lambda k: raw[k] - counts[k], reverse=True)[: n - sum(counts.values())]:
+        counts[k] += 1
+    return counts
+
+
+def derive_seed(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little")
+
+
+def expand(pool: Pool) -> list[EpisodeSpec]:
+    specs = []
+    for machine in pool.machines:
+        for workload in pool.workloads:
+            for dataset in pool.datasets:
+                kinds = [(k, i) for k, c in kind_counts(pool.mix, pool.episodes_per_cell).items() for i in range(c)]
+                kinds += [(k, i) for k in pool.shared_kinds for i in range(pool.runs_per_shared_kind)]
+                for kind, i in kinds:
+                    s = derive_seed(pool.seed, machine, workload, dataset, kind, i)
+                    specs.append(EpisodeSpec(
+                        machine=machine, workload=workload, dataset=dataset, kind=kind,
+                        schedule_seed=0 if kind in SHARED_KINDS else s, seed=s, run_index=i,
+                        n_slices=pool.n_slices, n_records=pool.n_records, window_s=pool.window_s, backend=pool.backend,
+                        host=pool.hosts.get(machine), descriptor=pool.descriptors.get(machine),
+                    ))  # fmt: skip
+    return specs

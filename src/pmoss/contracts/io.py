@@ -1,0 +1,73 @@
+"""Loading and atomically writing the small files of the contracts (YAML/JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+import yaml
+
+from pmoss.contracts.errors import ContractError
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+def read_mapping(path: Path) -> dict[str, Any]:
+    """Parse a YAML or JSON file into a dict; errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ContractError(f"{path}: no such file")
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ContractError(f"{path}: malformed {path.suffix.lstrip('.') or 'YAML'}: {_one_line(e)}") from e
+    if not isinstance(data, dict):
+        raise ContractError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_model(cls: type[M], path: Path) -> M:
+    """Load a pydantic contract from a file; the error names the file and the first bad field."""
+    return validate_model(cls, read_mapping(path), source=str(path))
+
+
+def validate_model(cls: type[M], data: Any, source: str) -> M:
+    try:
+        return cls.model_validate(data)
+    except pydantic.ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if not err["loc"]:  # model-level checks start their message with the field's name
+            raise ContractError(f"{source}: field '{msg.split(':', 1)[0]}':{msg.split(':', 1)[-1]}") from e
+        field = ".".join(str(p) for p in err["loc"])
+        raise ContractError(f"{source}: field '{field}': {msg}") from e
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via temp file + rename so a reader never sees a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def dump_model(model: pydantic.BaseModel, path: Path) -> None:
+    data = model.model_dump(mode="json")
+    path = Path(path)
+    text = json.dumps(data, indent=1) + "\n" if path.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
+    atomic_write_text(path, text)
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())

@@ -1,0 +1,45 @@
+"""Training configuration (training/*.yaml): the optimisation schedule and each learner's own
+parameters. A leaf module, so the learners and the trainer both import it without a cycle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ALGOS = ("dt", "bc", "cql")
+
+
+class BCParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    top_quantile: float = Field(0.25, gt=0.0, le=1.0)  # fraction of each machine x workload's episodes kept, best first
+
+
+
+class CQLParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    alpha: float = Field(0.1, ge=0.0)  # weight of the conservative penalty (untuned; rewards are O(1/N) per slice)
+    gamma: float = Field(1.0, gt=0.0, le=1.0)  # finite horizon of N slices: no discount needed
+    tau: float = Field(0.005, gt=0.0, le=1.0)  # Polyak rate of the target network per update
+    return_weight: float = Field(0.5, ge=0.0)  # weight of the Monte-Carlo return-to-go regression
+
+
+
+class TrainConfig(BaseModel):
+    """training/*.yaml: the model shape and the optimisation schedule."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: dict[str, Any] = {}  # DTConfig fields; data-derived ones (tile, features, meta, slices) and use_return are filled in
+    max_steps: int = 1000
+    batch_size: int = 16  # per worker (under Ray the effective batch is workers x batch_size)
+    lr: float = 6e-4
+    weight_decay: float = 0.1
+    warmup: int = 100
+    grad_clip: float = 1.0
+    val_every: int = 100  # steps between validation passes (and checkpoints)
+    seed: int = 0
+    num_workers: int = 0  # data loader processes
+    bc: BCParams = BCParams()  # used by --algo bc
+    cql: CQLParams = CQLParams()  # used by --algo cql
+
+

@@ -1,0 +1,98 @@
+"""What the offline learners share: the algorithm interface, the optimiser, and turning a batch into tiles.
+
+Each algorithm lives in its own module (dt.py, bc.py, cql.py) and subclasses `Algorithm`: it owns
+its networks and says how a batch becomes named loss parts (`losses`). Training runs them in two
+ways over the same `losses`: the Lightning learner in train.py (checkpoints, MLflow, DDP/Ray), and
+the plain `update(batch) -> dict[str, float]` loop here (CORL style; tests and benchmarks use it).
+No Lightning import here: this module stays importable where only torch is installed.
+
+Every algorithm's policy network is a `DecisionTransformer` (bc/cql with `use_return=False`), so a
+bundle of any algorithm is rolled out by the same KV-cached loop in infer.py; only the meaning of
+the head differs: action logits (dt, bc) or Q-values over tile cells (cql).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+import torch.nn as nn
+
+from pmoss.data.state import build_tiles
+from pmoss.learn.model import DecisionTransformer, DTConfig, cosine_lr
+
+if TYPE_CHECKING:
+    from pmoss.learn.config import TrainConfig
+
+Batch = dict[str, torch.Tensor]  # meta [B, M], feats [B, N, F], cells [B, N], eligible [B, A], rtg [B, N], rewards [B, N]
+
+
+def batch_tiles(batch: Batch, cfg: DTConfig) -> torch.Tensor:
+    """State tiles of every slice of a batch, [B, N, C, R, K] (slice t's own counters excluded)."""
+    return build_tiles(batch["cells"], batch["feats"], batch["eligible"], cfg.tile_rows, cfg.tile_cols)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW (no decay on embeddings, biases, norms) with linear warmup + cosine decay by step."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in named if p.dim() >= 2 and "embed" not in n]
+    no_decay = [p for n, p in named if not (p.dim() >= 2 and "embed" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(s, cfg.warmup, cfg.max_steps, 1.0))
+    return opt, sched
+
+
+class Algorithm(nn.Module, ABC):
+    """An offline learner. Subclasses set `name`, build `self.model` (the policy that is bundled) and define `losses`."""
+
+    name: ClassVar[str]
+    model: DecisionTransformer
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__()
+        self.train_cfg = cfg
+        self._opt: tuple[torch.optim.Optimizer, Any] | None = None  # created on the first `update`
+        self.step = 0
+
+    @abstractmethod
+    def losses(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Named loss parts and metrics (scalars); key 'loss' is the one minimised."""
+
+    def after_update(self) -> None:
+        """Called after every optimiser step (e.g. target-network tracking)."""
+
+    def optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+        return make_optimizer(self, self.train_cfg)
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One gradient step without Lightning: the same losses, clipping and schedule as `pmoss train`."""
+        if self._opt is None:
+            self._opt = self.optimizer()
+        opt, sched = self._opt
+        self.train()
+        parts = self.losses(batch)
+        opt.zero_grad(set_to_none=True)
+        parts["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(self.parameters(), self.train_cfg.grad_clip)
+        opt.step()
+        sched.step()
+        self.after_update()
+        self.step += 1
+        return {k: float(v.detach()) for k, v in parts.items()}
+
+    def training_state(self) -> dict[str, Any]:
+        """Everything `update` needs to continue exactly: weights, optimiser, schedule, step, RNG."""
+        if self._opt is None:
+            self._opt = self.optimizer()
+        opt, sched = self._opt
+        return {"weights": self.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": self.step,
+                "rng": torch.get_rng_state()}  # fmt: skip
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        self.load_state_dict(state["weights"])
+        self._opt = self.optimizer()
+        self._opt[0].load_state_dict(state["optimizer"])
+        self._opt[1].load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        torch.set_rng_state(state["rng"])

@@ -1,0 +1,311 @@
+"""Training with Lightning: the data module over tokenised Parquet, the learner, and `pmoss train`.
+
+One Lightning learner runs any offline algorithm (dt.py, bc.py, cql.py; `--algo`): the algorithm
+says how a batch becomes named losses, the learner adds AdamW with warmup + cosine, gradient
+clipping, bf16 on GPU, checkpoints with exact resume, seeding and MLflow logging (sqlite store by
+default). Pre-training starts from scratch ("base" model); fine-tuning passes `--init`
+("assistant"). `--ray --workers K` runs the same learner under Ray Train (ray_train.py).
+
+Exact resume: batches come from `StepBatchSampler`, a pure function of (seed, global step, rank),
+and the torch RNG (dropout) travels in the checkpoint, so a run stopped at step n and resumed from
+`checkpoints/last.ckpt` continues exactly as if it had not stopped.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import torch
+
+from pmoss.contracts.errors import PmossError
+from pmoss.data.dataset import load_tokens
+from pmoss.data.state import eligibility, tile_cells
+from pmoss.data.tokens import Stats
+from pmoss.learn.algorithms import build_algorithm
+from pmoss.learn.bundle import BUNDLE_FILE, Bundle, load_bundle, save_bundle
+from pmoss.learn.config import ALGOS, TrainConfig
+from pmoss.learn.model import DTConfig
+from pmoss.learn.tracking import (
+    artifact_location,
+    default_tracking_uri,
+    ensure_experiment,
+)
+
+
+class TrainError(PmossError):
+    pass
+
+
+# ---- data ------------------------------------------------------------------------------------------
+def top_quantile_mask(returns: np.ndarray, groups: list[str], q: float) -> np.ndarray:
+    """Episodes whose return is in the top fraction `q` of their group (machine|workload); at least one per group."""
+    keep = np.zeros(len(returns), dtype=bool)
+    for g in set(groups):
+        idx = np.flatnonzero(np.asarray(groups) == g)
+        n_keep = max(1, int(round(q * len(idx))))
+        keep[idx[np.argsort(-returns[idx], kind="stable")[:n_keep]]] = True
+    return keep
+
+
+class EpisodeArrays(torch.utils.data.Dataset):
+    """One split of a tokenised dataset as dense arrays; one item = one episode.
+
+    `top_quantile` keeps only the best episodes of each machine x workload (behaviour cloning);
+    `shuffle_returns` permutes return-to-go sequences across episodes (a control that must not help).
+    """
+
+    def __init__(self, path: Path, split: str, stats: Stats | None = None, top_quantile: float | None = None, shuffle_returns: int | None = None):
+        table, data_stats, machines = load_tokens(path)
+        self.stats = stats or data_stats
+        s = self.stats
+        t = table.filter(pc.equal(table["split"], split)) if split != "all" else table
+        if top_quantile is not None and t.num_rows:
+            ret = np.asarray(t["return"].to_pylist()) / np.asarray([s.best(m, w) for m, w in zip(t["machine"].to_pylist(), t["workload"].to_pylist(), strict=True)])
+            t = t.filter(top_quantile_mask(ret, [f"{m}|{w}" for m, w in zip(t["machine"].to_pylist(), t["workload"].to_pylist(), strict=True)], top_quantile))
+        n, f = s.n_slices, len(s.feature_names)
+        self.size = t.num_rows
+        feats = np.stack(t["features"].to_numpy(zero_copy_only=False)).reshape(-1, n, f) if self.size else np.zeros((0, n, f))
+        mask = np.stack(t["feature_mask"].to_numpy(zero_copy_only=False)) if self.size else np.zeros((0, f), bool)
+        self.feats = ((feats - np.asarray(s.feature_mean)) / np.asarray(s.feature_std) * mask[:, None, :]).astype(np.float32)
+        meta = np.stack(t["meta"].to_numpy(zero_copy_only=False)) if self.size else np.zeros((0, len(s.meta_names)))
+        self.meta = ((meta - np.asarray(s.meta_mean)) / np.asarray(s.meta_std)).astype(np.float32)
+        names, workloads = t["machine"].to_pylist(), t["workload"].to_pylist()
+        cells = {m: np.asarray(tile_cells(machines[m], s.tile_cols)) for m in set(names)}
+        elig = {m: eligibility(machines[m], s.tile_rows, s.tile_cols).numpy() for m in set(names)}
+        actions = t["actions"].to_pylist()
+        self.cells = np.stack([cells[m][np.asarray(a)] for m, a in zip(names, actions, strict=True)]) if self.size else np.zeros((0, n), int)
+        self.eligible = np.stack([elig[m] for m in names]) if self.size else np.zeros((0, s.tile_rows * s.tile_cols), bool)
+        rewards = np.stack(t["rewards"].to_numpy(zero_copy_only=False)) if self.size else np.zeros((0, n))
+        best = np.asarray([s.best(m, w) for m, w in zip(names, workloads, strict=True)])
+        # Return-to-go scaled to O(1) by the best return of the machine x workload (not raw 1e2-1e3).
+        self.rtg = (np.flip(np.cumsum(np.flip(rewards, 1), 1), 1) / best[:, None]).astype(np.float32) if self.size else rewards.astype(np.float32)
+        self.returns = rewards.sum(1) / best if self.size else np.zeros(0)
+        if shuffle_returns is not None and self.size:
+            perm = np.random.default_rng(shuffle_returns).permutation(self.size)
+            self.rtg, self.returns = self.rtg[perm], self.returns[perm]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {
+            "meta": torch.from_numpy(self.meta[i]), "feats": torch.from_numpy(self.feats[i]),
+            "cells": torch.from_numpy(self.cells[i]).long(), "eligible": torch.from_numpy(self.eligible[i]),
+            "rtg": torch.from_numpy(self.rtg[i]),
+        }  # fmt: skip
+
+
+class StepBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """An endless stream of batches where batch j is a pure function of (seed, j): resumable at any step.
+
+    Epoch e is a permutation seeded by (seed, e); global batch j = slot j of that stream. Under DDP,
+    rank r at step s takes global batch s * world + r, so ranks never share a batch. No __len__:
+    Lightning treats the loader as infinite and stops at max_steps.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int, start_step: int = 0, rank: int = 0, world: int = 1):
+        assert n > 0, "StepBatchSampler: empty dataset"
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self.start_step, self.rank, self.world = start_step, rank, world
+        self.per_epoch = max(1, n // batch_size)  # drop the last partial batch (every batch the same size)
+
+    def batch(self, j: int) -> list[int]:
+        epoch, slot = divmod(j, self.per_epoch)
+        perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
+        b = min(self.batch_size, self.n)
+        return perm[slot * b : (slot + 1) * b].tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        step = self.start_step
+        while True:
+            yield self.batch(step * self.world + self.rank)
+            step += 1
+
+
+def _lightning():
+    import lightning as L  # ~5 s import: only when training
+
+    return L
+
+
+def build_datamodule(path: Path, cfg: TrainConfig, stats: Stats | None = None, algo: str = "dt", shuffle_returns: int | None = None):
+    L = _lightning()
+    top = cfg.bc.top_quantile if algo == "bc" else None
+
+    class TokensDataModule(L.LightningDataModule):
+        def setup(self, stage: str | None = None) -> None:
+            self.train_set = EpisodeArrays(path, "train", stats, top_quantile=top, shuffle_returns=shuffle_returns)
+            self.val_set = EpisodeArrays(path, "val", stats, top_quantile=top, shuffle_returns=shuffle_returns)
+            if len(self.train_set) == 0:
+                raise TrainError(f"{path}: the training split has no episode; collect more")
+
+        def train_dataloader(self):
+            # Read after the checkpoint is restored: a resumed run continues the batch stream where it stopped.
+            tr = self.trainer
+            sampler = StepBatchSampler(len(self.train_set), cfg.batch_size, cfg.seed, tr.global_step, tr.global_rank, tr.world_size)
+            # Own generator: the loader must not draw from the global RNG (dropout), or resume would diverge.
+            return torch.utils.data.DataLoader(self.train_set, batch_sampler=sampler, num_workers=cfg.num_workers, generator=torch.Generator())
+
+        def val_dataloader(self):
+            return torch.utils.data.DataLoader(self.val_set, batch_size=cfg.batch_size, num_workers=cfg.num_workers, generator=torch.Generator())
+
+    return TokensDataModule()
+
+
+# ---- learner ---------------------------------------------------------------------------------------
+def build_learner(algorithm):
+    """The Lightning side of an `Algorithm` (learner.py): logging, optimiser, RNG in checkpoints."""
+    L = _lightning()
+    from pmoss.learn.learner import make_optimizer
+
+    class Learner(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.algo = algorithm
+
+        def _common_step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
+            parts = self.algo.losses(batch)
+            self.log_dict({f"{stage}/{k}": v.detach() if k != "loss" else v for k, v in parts.items()}, prog_bar=stage == "train",
+                          batch_size=len(batch["cells"]), sync_dist=stage != "train")  # fmt: skip
+            return parts["loss"]
+
+        def training_step(self, batch, batch_idx):
+            return self._common_step(batch, "train")
+
+        def validation_step(self, batch, batch_idx):
+            self._common_step(batch, "val")
+
+        def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+            super().optimizer_step(*args, **kwargs)
+            # Here, not in on_train_batch_end: checkpoint callbacks run before that hook, and a
+            # checkpoint must hold the target network after this step's update.
+            self.algo.after_update()
+
+        def configure_optimizers(self):
+            opt, sched = make_optimizer(self.algo, self.algo.train_cfg)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            checkpoint["torch_rng"] = torch.get_rng_state()  # dropout masks continue exactly on resume
+
+        def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            if "torch_rng" in checkpoint:
+                torch.set_rng_state(checkpoint["torch_rng"])
+
+    return Learner()
+
+
+def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConfig:
+    return DTConfig(**{**cfg.model, "n_slices": stats.n_slices, "n_features": len(stats.feature_names), "n_meta": len(stats.meta_names),
+                       "tile_rows": stats.tile_rows, "tile_cols": stats.tile_cols, "use_return": algo == "dt"})  # fmt: skip
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def prepare(data: Path, cfg: TrainConfig, init: Path | None, algo: str) -> tuple[Stats, DTConfig, Bundle | None]:
+    """Normalisation stats, model shape and the base model (fine-tuning) for a run."""
+    if algo not in ALGOS:
+        raise TrainError(f"--algo {algo}: expected one of {', '.join(ALGOS)}")
+    base = load_bundle(init) if init else None
+    _, stats, _ = load_tokens(data)
+    if base is None:
+        return stats, model_config_for(stats, cfg, algo), None
+    if base.info.get("algo", "dt") != algo:
+        raise TrainError(f"--init {init}: a '{base.info.get('algo', 'dt')}' model cannot be fine-tuned as --algo {algo}; pass the matching --algo")
+    return _merge_best(base.stats, stats), base.config, base  # fine-tuning keeps the base model's normalisation and shapes
+
+
+def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *, ray: bool = False, stop_after: int | None = None):
+    """The Lightning Trainer of `pmoss train`; `ray=True` swaps in Ray's DDP strategy and environment.
+
+    `stop_after` ends the run early at that step while the LR schedule still spans cfg.max_steps
+    (a run cut short, e.g. by a time budget; resuming later continues the same schedule).
+    """
+    L = _lightning()
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    callbacks: list[Any] = [ModelCheckpoint(dirpath=output / "checkpoints", save_last=True, every_n_train_steps=max(1, cfg.val_every))]
+    dist: dict[str, Any] = {}
+    if ray:
+        from ray.train.lightning import (
+            RayDDPStrategy,
+            RayLightningEnvironment,
+            RayTrainReportCallback,
+        )
+
+        callbacks.append(RayTrainReportCallback())
+        dist = {"strategy": RayDDPStrategy(), "plugins": [RayLightningEnvironment()], "devices": "auto", "accelerator": "auto"}
+    trainer = L.Trainer(
+        max_steps=min(stop_after or cfg.max_steps, cfg.max_steps), gradient_clip_val=cfg.grad_clip, logger=logger,
+        precision="bf16-mixed" if torch.cuda.is_available() else "32-true", callbacks=callbacks,
+        val_check_interval=cfg.val_every, check_val_every_n_epoch=None, log_every_n_steps=10, deterministic=True,
+        enable_progress_bar=progress, enable_model_summary=False, num_sanity_val_steps=0,
+        use_distributed_sampler=False,  # StepBatchSampler shards by rank itself
+        default_root_dir=output, **dist,
+    )  # fmt: skip
+    if ray:
+        from ray.train.lightning import prepare_trainer
+
+        trainer = prepare_trainer(trainer)
+    return trainer
+
+
+def fit(data: Path, output: Path, cfg: TrainConfig, init: Path | None, algo: str, logger: Any, progress: bool = True, *,
+        ray: bool = False, shuffle_returns: int | None = None, stop_after: int | None = None):  # fmt: skip
+    """Seed, build, and fit (resuming from output/checkpoints/last.ckpt); returns (learner, trainer, stats, model config)."""
+
+    _lightning().seed_everything(cfg.seed, workers=True)
+    stats, model_cfg, base = prepare(data, cfg, init, algo)
+    learner = build_learner(build_algorithm(algo, model_cfg, cfg, base.state_dict if base else None))
+    dm = build_datamodule(data, cfg, stats, algo, shuffle_returns)
+    trainer = make_trainer(cfg, output, logger, progress, ray=ray, stop_after=stop_after)
+    last = output / "checkpoints" / "last.ckpt"
+    trainer.fit(learner, datamodule=dm, ckpt_path=str(last) if last.exists() else None)
+    return learner, trainer, stats, model_cfg
+
+
+def mlflow_logger(experiment: str, run_name: str, run_id: str | None = None):
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    ensure_experiment(experiment)
+    return MLFlowLogger(experiment_name=experiment, tracking_uri=default_tracking_uri(), run_name=run_name, run_id=run_id,
+                        artifact_location=artifact_location())  # fmt: skip
+
+
+def train(data: Path, output: Path, cfg: TrainConfig, init: Path | None = None, algo: str = "dt", experiment: str = "pmoss", progress: bool = True,
+          shuffle_returns: int | None = None, stop_after: int | None = None) -> Bundle:  # fmt: skip
+    """Train (or fine-tune from `init`) and write `output/model.pt`; resumes from `output/checkpoints/last.ckpt`."""
+    logger = mlflow_logger(experiment, f"{algo}-{output.name}")
+    learner, trainer, stats, model_cfg = fit(data, output, cfg, init, algo, logger, progress, shuffle_returns=shuffle_returns, stop_after=stop_after)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    weights = {k: v.detach().cpu() for k, v in learner.algo.model.state_dict().items()}
+    return write_bundle(output, cfg, model_cfg, stats, weights, logger, algo, metrics, init, data, shuffle_returns)
+
+
+def write_bundle(output: Path, cfg: TrainConfig, model_cfg: DTConfig, stats: Stats, weights: dict[str, torch.Tensor], logger: Any, algo: str,
+                 metrics: dict[str, float], init: Path | None, data: Path, shuffle_returns: int | None = None, **info: Any) -> Bundle:  # fmt: skip
+    logger.log_hyperparams({"algo": algo, **{f"model.{k}": v for k, v in asdict(model_cfg).items()}, **cfg.model_dump(exclude={"model"})})
+    bundle = Bundle(model_cfg, stats, weights,
+                    {"algo": algo, "train_metrics": metrics, "mlflow_run_id": logger.run_id, "git_commit": git_commit(),
+                     "init": str(init) if init else None, "data": str(data), "shuffled_returns": shuffle_returns, **info})  # fmt: skip
+    save_bundle(bundle, output / BUNDLE_FILE)
+    return bundle
+
+
+def _merge_best(base: Stats, new: Stats) -> Stats:
+    """Keep the base model's normalisation; extend best returns with the fine-tuning data's."""
+    best = dict(base.best_return)
+    for k, v in new.best_return.items():
+        best[k] = max(best.get(k, 0.0), v)
+    return Stats(**{**asdict(base), "best_return": best})

@@ -1,0 +1,96 @@
+"""The promotion gate: `pmoss registry promote` runs the candidate and the champion through the
+evaluation harness with the same seeds and moves alias `champion` only when the candidate wins.
+It sits above both the evaluation and the registry, which know nothing of each other."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import numpy as np
+import typer
+
+from pmoss.learn.bundle import load_bundle
+from pmoss.learn.tracking import mlflow_client
+from pmoss.serve.registry import (
+    CANDIDATE,
+    CHAMPION,
+    HISTORY_TAG,
+    RegistryError,
+    _version,
+    fetch,
+)
+
+
+def gate(candidate: dict[str, dict[str, float]], champion: dict[str, dict[str, float]], tolerance: float = 0.02) -> tuple[bool, str]:
+    """Accept when the candidate's geometric-mean throughput beats the champion's and no cell is
+    more than `tolerance` worse. Inputs: cell -> throughput, measured by one harness run."""
+    ratios = {c: candidate[c] / champion[c] for c in candidate}
+    worst = min(ratios, key=ratios.__getitem__)
+    geo = float(np.exp(np.mean(np.log(list(ratios.values())))))
+    if ratios[worst] < 1 - tolerance:
+        return False, f"cell {worst} is {100 * (1 - ratios[worst]):.1f}% worse than the champion (limit {100 * tolerance:.0f}%)"
+    if geo <= 1.0:
+        return False, f"geometric-mean throughput is {geo:.3f}x the champion's, not higher"
+    return True, f"geometric-mean throughput {geo:.3f}x the champion's; worst cell {worst} at {ratios[worst]:.3f}x"
+
+
+def promote(name: str, eval_config: Path, force: bool = False, reason: str | None = None) -> tuple[bool, str]:
+    """Move `champion` to the `candidate` version if the gate accepts it (or if forced, with a reason)."""
+    from pmoss.contracts.io import load_model
+    from pmoss.evaluate import EvalConfig, evaluate_cells
+
+    mlflow = mlflow_client()
+    client = mlflow.MlflowClient()
+    cand = _version(client, name, CANDIDATE)
+    if cand is None:
+        raise RegistryError(f"{name}: no version has alias '{CANDIDATE}'; register one first")
+    champ = _version(client, name, CHAMPION)
+    if champ is not None and str(champ.version) == str(cand.version):
+        return False, f"version {cand.version} is already the champion"
+    if force and not reason:
+        raise RegistryError("--force needs --reason TEXT (it is recorded on the version)")
+    cfg = load_model(EvalConfig, eval_config)
+    bundles = {"candidate": load_bundle(fetch(f"models:/{name}/{cand.version}"))}
+    if champ is not None:
+        bundles["champion"] = load_bundle(fetch(f"models:/{name}/{champ.version}"))
+    cells = evaluate_cells(cfg, bundles, progress=False)
+    tp = {k: {c: v[k] for c, v in cells.items()} for k in bundles}
+    if champ is None:
+        accepted, why = True, "no champion yet"
+    else:
+        accepted, why = gate(tp["candidate"], tp["champion"])
+    if force and not accepted:
+        accepted, why = True, f"forced: {reason} (gate said: {why})"
+    _record(client, name, cand.version, accepted, why, tp, champ)
+    if accepted:
+        if champ is not None:
+            history = json.loads(client.get_registered_model(name).tags.get(HISTORY_TAG, "[]")) + [str(champ.version)]
+            client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history))
+        client.set_registered_model_alias(name, CHAMPION, cand.version)
+    return accepted, why
+
+
+def _record(client: Any, name: str, version: str, accepted: bool, why: str, tp: dict[str, dict[str, float]], champ: Any | None) -> None:
+    client.set_model_version_tag(name, version, "promotion_decision", "accepted" if accepted else "refused")
+    client.set_model_version_tag(name, version, "promotion_reason", why)
+    client.set_model_version_tag(name, version, "promotion_candidate_metrics", json.dumps(tp["candidate"]))
+    if champ is not None:
+        client.set_model_version_tag(name, version, "promotion_champion_version", str(champ.version))
+        client.set_model_version_tag(name, version, "promotion_champion_metrics", json.dumps(tp["champion"]))
+
+
+def promote_command(
+    eval_config: Annotated[Path, typer.Option("--eval", help="Evaluation set YAML: both versions run through this harness with the same seeds.")],
+    name: Annotated[str, typer.Option(help="Registered model name.")] = "pmoss-dt",
+    force: Annotated[bool, typer.Option(help="Promote even if the gate refuses (needs --reason).")] = False,
+    reason: Annotated[Optional[str], typer.Option(help="Why the override; recorded on the version.")] = None,
+) -> None:
+    """Move alias `champion` to the `candidate` version if it beats the current champion."""
+    accepted, why = promote(name, eval_config, force, reason)
+    typer.echo(f"{'promoted' if accepted else 'refused'}: {why}")
+    if not accepted:
+        raise typer.Exit(2)
+
+

@@ -1,0 +1,424 @@
+"""`pmoss serve`: the online loop. The index keeps serving while the champion proposes schedules.
+
+Every round (default 1 s) the backend runs the current phase's workload under the current
+schedule and yields a snapshot. When the workload changes (a shift in the per-slice load or scan
+profile between snapshots) or a timer fires, inference runs in a background thread on the latest
+snapshot while queries keep flowing; its schedule is then enforced (validate -> migrate -> swap).
+The champion is re-read from `models:/NAME@champion` and reloaded when the alias moves; a model
+that fails to load or a schedule the runtime rejects leaves the current schedule in place, with
+the reason in the timeline. Ctrl-C stops cleanly and the timeline is always written.
+
+Backends: `runtime` (this host's native runtime, real queries) and `sim` (a simulated machine;
+one round = `round_s` of simulated time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import typer
+
+from pmoss.contracts.errors import ContractError, PmossError
+from pmoss.contracts.machine import Machine
+from pmoss.contracts.policies import generate
+from pmoss.contracts.schedule import Schedule, ScheduleError
+from pmoss.contracts.snapshot import write_parquet_atomic
+from pmoss.contracts.workload import get_workload
+from pmoss.learn.bundle import Bundle, load_bundle
+
+TIMELINE_SCHEMA = pa.schema([
+    ("t_s", pa.float64()), ("event", pa.string()), ("phase", pa.string()), ("workload", pa.string()),
+    ("throughput_qps", pa.float64()), ("schedule", pa.string()), ("detail", pa.string()),
+])  # fmt: skip
+EVENTS = ("throughput", "snapshot", "inference_start", "inference_end", "migration_start", "migration_end",
+          "rejected", "model_loaded", "model_error", "phase")  # fmt: skip
+
+
+@dataclass
+class Phase:
+    workload: str
+    seconds: float
+
+
+def parse_phases(text: str) -> list[Phase]:
+    """'ycsb-c:20,scan:20,ycsb-a:20' -> phases; errors name the bad part."""
+    phases = []
+    for part in text.split(","):
+        name, _, secs = part.strip().partition(":")
+        get_workload(name, field=f"phases: '{part}'")
+        try:
+            seconds = float(secs)
+        except ValueError:
+            raise ContractError(f"phases: '{part}' needs WORKLOAD:SECONDS") from None
+        if not seconds > 0:
+            raise ContractError(f"phases: '{part}': seconds must be > 0")
+        phases.append(Phase(name, seconds))
+    return phases
+
+
+@dataclass
+class Timeline:
+    """Events and per-round throughput, relative to the start of serving."""
+
+    start: float = field(default_factory=time.monotonic)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    clock: Any = None  # simulated time source for the sim backend; None = wall clock
+
+    def now(self) -> float:
+        return self.clock() if self.clock else time.monotonic() - self.start
+
+    def add(self, event: str, phase: str = "", workload: str = "", throughput: float = math.nan, schedule: str = "", **detail: Any) -> None:
+        assert event in EVENTS, event
+        with self.lock:
+            self.rows.append({"t_s": self.now(), "event": event, "phase": phase, "workload": workload, "throughput_qps": throughput,
+                              "schedule": schedule, "detail": json.dumps(detail, default=str)})  # fmt: skip
+
+    def write(self, path: Path) -> None:
+        with self.lock:
+            table = pa.Table.from_pylist(self.rows, schema=TIMELINE_SCHEMA)
+        write_parquet_atomic(table, path)
+
+
+# ---- backends ------------------------------------------------------------------------------------
+class RuntimeBackend:
+    """This host's native runtime: real queries, real migration."""
+
+    def __init__(self, machine: Machine, n_keys: int, dataset: str, n_slices: int):
+        from pmoss.collect.testbed import Testbed
+
+        self.machine = machine
+        self.bed = Testbed(machine, n_keys, dataset, n_slices, probe="auto")
+        self.n_slices = self.bed.n_slices
+
+    def enforce(self, schedule: Schedule) -> dict[str, Any]:
+        """Validate -> migrate -> swap; reports pages moved and the latency of queries completed
+        meanwhile (a latency read just before and just after brackets the migration)."""
+        self.bed.rt.latency()
+        rep = self.bed.enforce(schedule)
+        during = self.bed.rt.latency()
+        return {"slices_moved": rep.slices_moved, "pages_moved": rep.pages_moved, "pages_failed": rep.pages_failed, "move_pages_s": rep.seconds,
+                "latency_p50_ns": during["p50_ns"], "latency_p99_ns": during["p99_ns"], "latency_count": during["count"]}  # fmt: skip
+
+    def round(self, workload: str, seconds: float, seed: int) -> dict[str, Any]:
+        return self.bed.run(workload, seconds, seed=seed, run_index=seed)
+
+    def round_latency(self) -> dict[str, Any]:
+        r = self.bed.last_result
+        return {"latency_p50_ns": r.get("latency_p50_ns"), "latency_p99_ns": r.get("latency_p99_ns")}
+
+
+class SimBackend:
+    """A simulated machine: each round is `seconds` of simulated time under the current schedule.
+    Inference runs to completion between rounds and its measured wall time is added to the
+    simulated clock (queries would keep flowing under the old schedule meanwhile)."""
+
+    def __init__(self, machine: Machine, n_keys: int, dataset: str, n_slices: int):
+        self.machine, self.n_keys, self.dataset, self.n_slices = machine, n_keys, dataset, n_slices
+        self.schedule: Schedule | None = None
+        self.t = 0.0
+
+    def enforce(self, schedule: Schedule) -> dict[str, Any]:
+        schedule.validate_for(self.machine)
+        moved = 0 if self.schedule is None else sum(a != b for a, b in zip(schedule.node, self.schedule.node, strict=True))
+        self.schedule = schedule
+        return {"slices_moved": moved}
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+    def round_latency(self) -> dict[str, Any]:
+        return {}  # the machine model predicts throughput, not per-query latency
+
+    def round(self, workload: str, seconds: float, seed: int) -> dict[str, Any]:
+        from pmoss.sim import simulate
+
+        assert self.schedule is not None, "enforce a schedule first"
+        self.t += seconds
+        return simulate(self.machine, get_workload(workload), self.dataset, self.schedule, seed=seed, run_index=seed,
+                        n_records=self.n_keys, window_s=seconds)  # fmt: skip
+
+
+# ---- workload-change detection -------------------------------------------------------------------
+def profile(row: dict[str, Any]) -> np.ndarray:
+    """What the workload looks like from a snapshot: per-slice load shares + keys scanned per query."""
+    q = np.asarray(row["queries"], dtype=np.float64)
+    share = q / max(q.sum(), 1.0)
+    scanned = row.get("keys_scanned")
+    per_query = float(np.sum(scanned) / max(q.sum(), 1.0)) if scanned is not None else 0.0
+    return np.concatenate([share, [per_query]])
+
+
+def shift(a: np.ndarray, b: np.ndarray) -> float:
+    """Jensen-Shannon divergence of the slice-load shares plus the relative change of scan length."""
+    p, q = a[:-1] + 1e-12, b[:-1] + 1e-12
+    m = (p + q) / 2
+    js = 0.5 * float(np.sum(p * np.log(p / m)) + np.sum(q * np.log(q / m)))
+    scan = abs(a[-1] - b[-1]) / max(a[-1], b[-1], 1.0)
+    return js + scan
+
+
+# ---- the champion -------------------------------------------------------------------------------
+class Champion:
+    """The served model: a bundle path, or `models:/NAME@ALIAS` re-checked for alias moves."""
+
+    def __init__(self, uri: str, timeline: Timeline):
+        self.uri, self.timeline = uri, timeline
+        self.bundle: Bundle | None = None
+        self.version: str | None = None
+
+    def refresh(self) -> None:
+        """Load when new; on any failure keep what we have and say why (retried next check)."""
+        try:
+            version, path = self._resolve()
+            if version == self.version:
+                return
+            self.bundle, self.version = load_bundle(path), version
+            self.timeline.add("model_loaded", uri=self.uri, version=version)
+        except PmossError as e:
+            self.timeline.add("model_error", uri=self.uri, reason=str(e))
+        except Exception as e:  # noqa: BLE001 - an unreachable server raises many kinds; serving must go on
+            self.timeline.add("model_error", uri=self.uri, reason=f"{type(e).__name__}: {e}")
+
+    def _resolve(self) -> tuple[str, Path]:
+        if not self.uri.startswith("models:/"):
+            return str(Path(self.uri).resolve()), Path(self.uri)
+        from pmoss.learn.tracking import mlflow_client
+        from pmoss.serve.registry import fetch
+
+        name, _, alias = self.uri.removeprefix("models:/").partition("@")
+        version = str(mlflow_client().MlflowClient().get_model_version_by_alias(name, alias).version)
+        if version == self.version:
+            return version, Path()
+        return version, fetch(f"models:/{name}/{version}")
+
+
+# ---- the loop ------------------------------------------------------------------------------------
+@dataclass
+class ServeConfig:
+    phases: list[Phase]
+    round_s: float = 1.0
+    trigger: str = "shift"  # shift | timer
+    shift_threshold: float = 0.05
+    timer_s: float = 10.0
+    check_model_every: int = 5  # rounds between alias checks
+    initial_kind: str = "os-default"
+    target_factor: float = 2.0
+    seed: int = 0
+
+
+def serve(backend: Any, champion: Champion, cfg: ServeConfig, timeline: Timeline) -> Timeline:
+    """Run every phase; returns the timeline (also on Ctrl-C)."""
+    current = generate(cfg.initial_kind, backend.machine, backend.n_slices)  # type: ignore[arg-type]
+    backend.enforce(current)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pmoss-infer")
+    pending: Future | None = None
+    reference, last_trigger, rounds = None, 0.0, 0
+    champion.refresh()
+    try:
+        for phase_i, phase in enumerate(cfg.phases):
+            label = f"{phase_i}:{phase.workload}"
+            timeline.add("phase", label, phase.workload)
+            for _ in range(max(1, round(phase.seconds / cfg.round_s))):
+                row = backend.round(phase.workload, cfg.round_s, seed=cfg.seed + rounds)
+                rounds += 1
+                timeline.add("throughput", label, phase.workload, row["throughput_qps"], current.kind, **backend.round_latency())
+                timeline.add("snapshot", label, phase.workload, schedule=current.kind, episode_id=row["episode_id"])
+                if rounds % cfg.check_model_every == 0:
+                    champion.refresh()
+                if pending is not None and pending.done():
+                    current = _finish(pending, backend, timeline, label, current)
+                    pending, reference = None, profile(row)
+                if pending is None and _triggered(cfg, reference, row, timeline.now() - last_trigger):
+                    if champion.bundle is not None:
+                        reference, last_trigger = profile(row), timeline.now()
+                        timeline.add("inference_start", label, phase.workload, version=champion.version)
+                        pending = pool.submit(_infer_and_enforce, champion.bundle, backend, row, cfg, timeline, label)
+                        if isinstance(backend, SimBackend):  # simulated time must not run ahead of inference
+                            pending.exception()
+    except KeyboardInterrupt:
+        timeline.add("phase", "stopped", detail="interrupted (Ctrl-C)")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return timeline
+
+
+def _triggered(cfg: ServeConfig, reference: np.ndarray | None, row: dict[str, Any], since: float) -> bool:
+    if reference is None:
+        return True  # no schedule from the model yet
+    if cfg.trigger == "timer":
+        return since >= cfg.timer_s
+    return shift(reference, profile(row)) > cfg.shift_threshold
+
+
+def _infer_and_enforce(bundle: Bundle, backend: Any, row: dict[str, Any], cfg: ServeConfig, timeline: Timeline, label: str) -> Schedule:
+    """Background thread: inference on the snapshot, then validate -> migrate -> swap, while the
+    main thread keeps running queries on the old schedule."""
+    from pmoss.learn.rollout import propose
+
+    t0 = time.perf_counter()
+    schedule = propose(bundle, backend.machine, row, target_factor=cfg.target_factor)
+    if isinstance(backend, SimBackend):
+        backend.advance(time.perf_counter() - t0)
+    timeline.add("inference_end", label, row["workload"], schedule="learned")
+    timeline.add("migration_start", label, row["workload"], schedule="learned")
+    report = backend.enforce(schedule)
+    timeline.add("migration_end", label, row["workload"], schedule="learned", **report)
+    return schedule
+
+
+def _finish(done: Future, backend: Any, timeline: Timeline, label: str, current: Schedule) -> Schedule:
+    try:
+        return done.result()
+    except (ScheduleError, ContractError, ValueError) as e:
+        timeline.add("rejected", label, reason=str(e))  # the runtime keeps the old schedule
+        return current
+
+
+def overheads(timeline: Timeline) -> list[dict[str, Any]]:
+    """Per enforced schedule: seconds from the snapshot to the enforced schedule (inference +
+    migration) and query latency in the round before, during the migration, and the round after."""
+    rows, out = timeline.rows, []
+    for i, r in enumerate(rows):
+        if r["event"] != "inference_start":
+            continue
+        end = next((j for j in range(i, len(rows)) if rows[j]["event"] in ("migration_end", "rejected")), None)
+        if end is None or rows[end]["event"] == "rejected":
+            continue
+        inf_end = next(rows[j]["t_s"] for j in range(i, end + 1) if rows[j]["event"] == "inference_end")
+        before = next((json.loads(rows[j]["detail"]) for j in range(i, -1, -1) if rows[j]["event"] == "throughput"), {})
+        after = next((json.loads(rows[j]["detail"]) for j in range(end, len(rows)) if rows[j]["event"] == "throughput"), {})
+        during = json.loads(rows[end]["detail"])
+        out.append({"phase": r["phase"], "inference_s": inf_end - r["t_s"], "migration_s": rows[end]["t_s"] - inf_end,
+                    "snapshot_to_enforced_s": rows[end]["t_s"] - r["t_s"], "slices_moved": during.get("slices_moved"),
+                    **{f"{k}_{w}": d.get(f"latency_{k}_ns") for w, d in (("before", before), ("during", during), ("after", after)) for k in ("p50", "p99")}})  # fmt: skip
+    return out
+
+
+def compare_phases(backend: Any, timeline: Timeline, cfg: ServeConfig, kinds: tuple[str, ...], rounds: int = 3) -> dict[str, dict[str, Any]]:
+    """Per phase: the served schedule's steady throughput (rounds after the phase's last enforced
+    schedule) vs each static baseline run on the same backend for the same workload."""
+    out: dict[str, dict[str, Any]] = {}
+    for i, phase in enumerate(cfg.phases):
+        label = f"{i}:{phase.workload}"
+        rows = [r for r in timeline.rows if r["phase"] == label]
+        settled = max([r["t_s"] for r in rows if r["event"] == "migration_end"], default=-math.inf)
+        steady = [r["throughput_qps"] for r in rows if r["event"] == "throughput" and r["t_s"] > settled]
+        served = float(np.mean(steady or [r["throughput_qps"] for r in rows if r["event"] == "throughput"]))
+        entry: dict[str, Any] = {"served": served}
+        for kind in kinds:
+            backend.enforce(generate(kind, backend.machine, backend.n_slices))  # type: ignore[arg-type]
+            entry[kind] = float(np.mean([backend.round(phase.workload, cfg.round_s, seed=10_000 + r)["throughput_qps"] for r in range(rounds)]))
+        best = max(kinds, key=lambda k: entry[k])
+        entry.update(best_baseline=best, served_vs_best=served / entry[best])
+        out[label] = entry
+    return out
+
+
+def plot_timeline(timeline: Timeline, out: Path, source: str) -> None:
+    """Throughput over time with inference and migration spans and phase boundaries (cf. the paper's Fig. 17)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = timeline.rows
+    tp = [(r["t_s"], r["throughput_qps"]) for r in rows if r["event"] == "throughput"]
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    if tp:
+        ax.plot([t for t, _ in tp], [v / 1e6 for _, v in tp], marker=".", lw=1.2, label="throughput")
+    for start, end, colour, name in (("inference_start", "inference_end", "tab:orange", "inference"), ("migration_start", "migration_end", "tab:red", "migration")):
+        starts = [r["t_s"] for r in rows if r["event"] == start]
+        ends = [r["t_s"] for r in rows if r["event"] == end]
+        for i, (a, b) in enumerate(zip(starts, ends, strict=False)):
+            ax.axvspan(a, max(b, a + 0.02), color=colour, alpha=0.3, label=name if i == 0 else None)
+    for r in rows:
+        if r["event"] == "phase" and r["workload"]:
+            ax.axvline(r["t_s"], color="k", lw=0.6, ls="--")
+            ax.text(r["t_s"], ax.get_ylim()[1] * 0.95, f" {r['workload']}", fontsize=7, va="top")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("throughput (Mq/s)")
+    ax.set_title(f"pmoss serve timeline (source={source})", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def serve_command(
+    model: Annotated[str, typer.Option(help="models:/NAME@ALIAS (reloaded when the alias moves) or a bundle path.")] = "models:/pmoss-dt@champion",
+    backend: Annotated[str, typer.Option(help="runtime (this host's native runtime) or sim.")] = "runtime",
+    machine: Annotated[Optional[str], typer.Option(help="sim: a simulated machine name; runtime: a descriptor file (default: this host's sysfs).")] = None,
+    phases: Annotated[str, typer.Option(help="WORKLOAD:SECONDS,... run in order (the dynamic scenario).")] = "ycsb-c:10,scan:10,ycsb-a:10",
+    keys: Annotated[int, typer.Option(help="Keys loaded into the index.")] = 1_000_000,
+    dataset: Annotated[str, typer.Option(help="Key distribution of the loaded keys.")] = "dense",
+    n_slices: Annotated[Optional[int], typer.Option(help="Slices (default: the model's).")] = None,
+    round_s: Annotated[float, typer.Option(help="Seconds per round (one snapshot each).")] = 1.0,
+    trigger: Annotated[str, typer.Option(help="shift (workload change seen in snapshots) or timer.")] = "shift",
+    timer_s: Annotated[float, typer.Option(help="With --trigger timer: seconds between inferences.")] = 10.0,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for timeline.parquet, timeline.png and phases.json.")] = Path("serve"),
+    compare: Annotated[bool, typer.Option(help="Afterwards, run every static baseline per phase and compare.")] = True,
+) -> None:
+    """Serve a workload while the champion model proposes and enforces schedules."""
+    plan = parse_phases(phases)
+    if trigger not in ("shift", "timer"):
+        raise ContractError(f"--trigger: '{trigger}' is not shift or timer")
+    timeline = Timeline()
+    champion = Champion(model, timeline)
+    champion.refresh()
+    if champion.bundle is None:
+        raise ContractError(f"--model {model}: cannot load it ({json.loads(timeline.rows[-1]['detail'])['reason']})")
+    n = n_slices or champion.bundle.config.n_slices
+    be = _backend(backend, machine, keys, dataset, n, timeline)
+    cfg = ServeConfig(plan, round_s=round_s, trigger=trigger, timer_s=timer_s)
+    source = "sim" if backend == "sim" else "real"
+    try:
+        serve(be, champion, cfg, timeline)
+    finally:
+        timeline.write(output / "timeline.parquet")
+        plot_timeline(timeline, output / "timeline.png", source)
+    typer.echo(f"timeline: {output / 'timeline.parquet'}  plot: {output / 'timeline.png'}")
+    if compare:
+        from pmoss.contracts.io import atomic_write_text
+        from pmoss.contracts.policies import BASELINE_KINDS
+
+        phases_out = compare_phases(be, timeline, cfg, BASELINE_KINDS)
+        atomic_write_text(output / "phases.json", json.dumps({"source": source, "phases": phases_out, "overheads": overheads(timeline)}, indent=1) + "\n")
+        _print_phases(phases_out, source)
+
+
+def _print_phases(phases: dict[str, dict[str, Any]], source: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"served schedule vs static baselines per phase (Mq/s, source={source})")
+    for col in ("phase", "served", "best baseline", "served / best"):
+        table.add_column(col)
+    for label, e in phases.items():
+        table.add_row(label, f"{e['served'] / 1e6:.2f}", f"{e['best_baseline']} {e[e['best_baseline']] / 1e6:.2f}", f"{e['served_vs_best']:.3f}")
+    Console().print(table)
+
+
+def _backend(kind: str, machine: str | None, keys: int, dataset: str, n: int, timeline: Timeline) -> Any:
+    if kind == "sim":
+        from pmoss.sim import load_sim_machine
+
+        be = SimBackend(load_sim_machine(machine or "intel-skx-4s"), keys, dataset, n)
+        timeline.clock = lambda: be.t
+        return be
+    if kind == "runtime":
+        from pmoss.collect.topology import discover
+        from pmoss.contracts.machine import load_machine
+
+        return RuntimeBackend(load_machine(Path(machine)) if machine else discover(), keys, dataset, n)
+    raise ContractError(f"--backend: '{kind}' is not runtime or sim")
