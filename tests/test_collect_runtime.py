@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pmoss import collector
+from pmoss.collect import collector
 from pmoss.collect.driver import collect, pending, spec_id
 from pmoss.collect.plan import load_pool
 from pmoss.collect.runtime import library_path

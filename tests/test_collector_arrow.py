@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pmoss import collector
+from pmoss.collect import collector
 from pmoss.contracts.snapshot import SLICE_FEATURES
 
 NAMES = ["instructions", "task_clock_ns", "page_faults"]
@@ -74,7 +74,7 @@ def test_offcore_batch_and_episode_columns(lib) -> None:
 _EVENT_TABLES = """
 import json, os
 os.environ["LIBPFM_ENCODE_INACTIVE"] = "1"
-from pmoss import collector
+from pmoss.collect import collector
 lib = collector.load_library()
 out = {m: collector.event_table(lib, m) for m in ("skx", "zen3", "neoverse_v2")}
 out["models"] = collector.models(lib)

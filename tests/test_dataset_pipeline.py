@@ -26,13 +26,13 @@ FINETUNE_STAGES = {
     "collect-finetune": {
         "cmd": "pmoss collect ${finetune.pool} --output datasets/raw/finetune --episodes-per-cell ${finetune.episodes_per_cell}"
         " --n-slices ${offline.n_slices} --append ${finetune.learned} --quiet",
-        "deps": ["${finetune.pool}", "${finetune.learned}", "src/pmoss/collect.py", "src/pmoss/plan.py", "src/pmoss/policies.py", "src/pmoss/sim"],
+        "deps": ["${finetune.pool}", "${finetune.learned}", "src/pmoss/collect/driver.py", "src/pmoss/collect/plan.py", "src/pmoss/contracts/policies.py", "src/pmoss/sim"],
         "params": ["finetune", "offline.n_slices"],
         "outs": ["datasets/raw/finetune"],
     },
     "build-finetune": {
         "cmd": "pmoss dataset build datasets/raw/finetune --output datasets/finetune --val ${build.val} --test ${build.test}",
-        "deps": ["datasets/raw/finetune", "src/pmoss/tokens.py", "src/pmoss/dataset.py", "src/pmoss/snapshot.py"],
+        "deps": ["datasets/raw/finetune", "src/pmoss/data/tokens.py", "src/pmoss/data/dataset.py", "src/pmoss/contracts/snapshot.py"],
         "params": ["build"],
         "outs": ["datasets/finetune"],
     },

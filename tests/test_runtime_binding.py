@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pmoss import runtime as rtmod
+from pmoss.collect import runtime as rtmod
 
 pytestmark = pytest.mark.skipif(
     not rtmod.library_path().exists(),

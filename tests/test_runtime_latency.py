@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pmoss import runtime as rtmod
+from pmoss.collect import runtime as rtmod
 
 pytestmark = pytest.mark.skipif(
     not rtmod.library_path().exists(),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pmoss import runtime as rtmod
+from pmoss.collect import runtime as rtmod
 
 pytestmark = pytest.mark.skipif(not rtmod.library_path().exists(), reason=f"{rtmod.library_path()} is not built (make native)")
 

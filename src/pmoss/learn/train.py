@@ -1,4 +1,4 @@
-"""Training with Lightning: the data module over tokenised Parquet, the learner, and `pmoss train`.
+"""Training with Lightning: the data module over tokenised Parquet, the learner, the trainer and the bundle it writes.
 
 One Lightning learner runs any offline algorithm (dt.py, bc.py, cql.py; `--algo`): the algorithm
 says how a batch becomes named losses, the learner adds AdamW with warmup + cosine, gradient

@@ -1,4 +1,4 @@
-"""The model registry on MLflow: register trained bundles, list, promote (gated), roll back.
+"""The model registry on MLflow: register trained bundles, fetch, list, roll back (the promotion gate is gate.py).
 
 A version carries the bundle (weights + config + normalisation stats) as an MLflow pyfunc model,
 and as tags: the model config, the dataset hash it was trained on, the git commit, and its
