@@ -79,3 +79,21 @@ def small_machine(name: str = "toy", nodes: int = 2, cpus_per_node: int = 6) -> 
 @pytest.fixture
 def toy_machine() -> Machine:
     return small_machine()
+
+
+@pytest.fixture
+def perf_events() -> dict:
+    """The host's counter facts (pmoss.runtime.host_pmu_facts); skips a test that needs the probe
+    where the kernel refuses every perf event (perf_event_paranoid 3 without CAP_PERFMON, a
+    seccomp filter): there the runtime's probe cannot open, which is not what such a test checks."""
+    from pmoss.collect import runtime as rtmod
+
+    if not rtmod.library_path().exists():
+        pytest.skip(f"{rtmod.library_path()} is not built (make native)")
+    try:
+        facts = rtmod.host_pmu_facts()
+    except rtmod.NativeRuntimeError as exc:
+        pytest.skip(str(exc))
+    if not facts["software_events"]:
+        pytest.skip(f"no perf event opens here: {facts['reason']}")
+    return facts

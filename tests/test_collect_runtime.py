@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pmoss.collect import collector
+from pmoss.collect import collector, testbed
 from pmoss.collect.driver import collect, pending, spec_id
 from pmoss.collect.plan import load_pool
 from pmoss.collect.runtime import library_path
+from pmoss.collect.testbed import counter_mode_reason
+from pmoss.collect.topology import discover
 from pmoss.contracts.snapshot import (
     CORE_FEATURES,
     OFFCORE_LINK,
@@ -49,19 +51,21 @@ def host_has_uncore() -> bool:
     return bool(collector.discover_uncore(lib)["events"])
 
 
-def test_runtime_backend_collect_and_resume(tmp_path):
+def test_runtime_backend_collect_and_resume(tmp_path, perf_events):
     pool = write_pool(tmp_path)
     out = tmp_path / "raw"
     assert collect(load_pool(pool), out, progress=False) == 6
     total, problems = validate_raw(out)
     assert total == 6 and problems == []
     t = read_raw(out).to_pylist()
+    pmu = perf_events
     no_uncore = not host_has_uncore()
     for row in t:
         assert row["source"] == "real" and row["throughput_qps"] > 0 and sum(row["queries"]) > 0
         assert row["counter_mode"] in ("software", "hardware")
         if row["counter_mode"] == "software":  # no PMU: hardware counters are null and listed, never 0
             assert row["cycles"] is None and "cycles" in row["unavailable"]
+        assert row["counter_mode_reason"] == counter_mode_reason("auto", row["counter_mode"] == "hardware", pmu)
         assert row["task_clock_ns"] is not None and sum(row["task_clock_ns"]) > 0
         assert row["keys_scanned"] is not None
         if no_uncore:  # this host: no memory-controller / link PMU, so off-core is null and listed
@@ -74,7 +78,36 @@ def test_runtime_backend_collect_and_resume(tmp_path):
     assert collect(load_pool(pool), out, progress=False) == 0  # resumable: nothing left to run
 
 
-def test_runtime_backend_resume_skips_finished_episodes_and_never_duplicates(tmp_path):
+VM_FACTS = {"model": "zen3", "hardware_events": False, "software_events": True,
+            "reason": "libpfm4 model zen3; kernel has no hardware PMU: perf_event_open(cycles) = ENOENT"}
+
+
+def test_counter_mode_reason():
+    assert counter_mode_reason("auto", False, VM_FACTS) == VM_FACTS["reason"]
+    assert counter_mode_reason("software", False, VM_FACTS) == "software mode requested (probe=software)"
+    usable = {**VM_FACTS, "hardware_events": True, "reason": "libpfm4 model zen3; hardware events open"}
+    assert counter_mode_reason("auto", True, usable) == usable["reason"]
+    assert "but no hardware event" in counter_mode_reason("auto", False, usable)
+
+
+def test_episode_says_why_counters_are_software(monkeypatch, perf_events):
+    """Issue #13's host (libpfm4 knows the CPU, the kernel has no PMU), faked: the episode row
+    carries the facts' reason next to counter_mode; on this host's real facts likewise."""
+    from pmoss.contracts.policies import generate
+
+    real = perf_events
+    assert real["reason"] and (real["model"] is None or real["model"] in real["reason"])
+    monkeypatch.setattr("pmoss.collect.runtime.host_pmu_facts", lambda: VM_FACTS)
+    machine = discover(name="localhost")
+    bed = testbed.Testbed(machine, 20_000, n_slices=8, probe="auto", offcore=None)
+    bed.enforce(generate("os-default", machine, 8, seed=1))
+    row = bed.run("ycsb-c", 0.05, seed=1)
+    assert row["counter_mode_reason"] == VM_FACTS["reason"]
+    if row["counter_mode"] == "software":
+        assert row["cycles"] is None and "cycles" in row["unavailable"]
+
+
+def test_runtime_backend_resume_skips_finished_episodes_and_never_duplicates(tmp_path, perf_events):
     """An interrupted plan: one cell's file was never renamed into place (its temp file is left);
     re-running runs exactly that cell's episodes and leaves the finished file untouched."""
     pool = write_pool(tmp_path)
@@ -98,7 +131,7 @@ def test_runtime_backend_resume_skips_finished_episodes_and_never_duplicates(tmp
 
 
 @pytest.mark.slow
-def test_runtime_backend_kill_and_resume(tmp_path):
+def test_runtime_backend_kill_and_resume(tmp_path, perf_events):
     """SIGKILL `pmoss collect --backend runtime` mid-plan, re-run: every planned episode once."""
     pool = write_pool(tmp_path, episodes_per_cell=4, window_s=0.3)
     out = tmp_path / "raw"

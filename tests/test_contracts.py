@@ -138,6 +138,16 @@ def test_snapshot_roundtrip_keeps_nulls(tmp_path):
     assert not list((tmp_path / "x").glob(".*tmp"))
 
 
+def test_snapshot_reads_files_without_counter_mode_reason(tmp_path):
+    """counter_mode_reason came after version-1 files were written: such a file reads as null."""
+    t = episodes_to_table([_row("a")])
+    assert t["counter_mode_reason"].null_count == 1  # sim rows have none
+    old = t.drop_columns(["counter_mode_reason"])
+    pq.write_table(old, tmp_path / "old.parquet")
+    back = read_raw(tmp_path / "old.parquet")
+    assert back.schema == SNAPSHOT_SCHEMA and back["counter_mode_reason"].to_pylist() == [None]
+
+
 def test_snapshot_rejects_newer_schema_and_garbage(tmp_path):
     t = episodes_to_table([_row("a")])
     meta = dict(t.schema.metadata)

@@ -62,7 +62,7 @@ def _perf_refused_prefix() -> list[str] | None:
     return [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--"] if setpriv else None
 
 
-def test_offcore_readings_per_run_in_the_snapshot(imc_root: Path) -> None:
+def test_offcore_readings_per_run_in_the_snapshot(imc_root: Path, perf_events) -> None:
     if _perf_refused_prefix() == []:
         pytest.skip("system-wide perf events are refused to this process")
     rt = rtmod.Runtime(20_000, n_slices=8, probe="software", offcore=str(imc_root))
@@ -82,7 +82,7 @@ def test_offcore_readings_per_run_in_the_snapshot(imc_root: Path) -> None:
             assert 0.5 * out["seconds"] < value / BYTES_PER_CAS / NS_PER_S < call_s + 0.01, (value, out["seconds"], call_s)
 
 
-def test_testbed_rows_carry_offcore_readings(imc_root: Path) -> None:
+def test_testbed_rows_carry_offcore_readings(imc_root: Path, perf_events) -> None:
     if _perf_refused_prefix() == []:
         pytest.skip("system-wide perf events are refused to this process")
     from pmoss.collect.testbed import Testbed
@@ -103,8 +103,12 @@ _REFUSED_CHILD = """
 import json, sys
 from pmoss.contracts.policies import generate
 from pmoss.collect.testbed import Testbed
+from pmoss.collect.runtime import host_pmu_facts
 from pmoss.collect.topology import discover
-bed = Testbed(discover(name="localhost"), 20000, n_slices=8, probe="software", offcore=sys.argv[1])
+# without capabilities perf_event_paranoid 3 refuses even software events: then no probe (the
+# off-core refusal is what this checks, not the counters)
+probe = "software" if host_pmu_facts()["software_events"] else None
+bed = Testbed(discover(name="localhost"), 20000, n_slices=8, probe=probe, offcore=sys.argv[1])
 bed.enforce(generate("sn-spread", bed.machine, 8))
 rows = [bed.run("ycsb-c", 0.05, seed=s) for s in (1, 2)]
 keys = ("imc_read_bytes", "imc_write_bytes", "link_in_bytes", "link_out_bytes", "unavailable", "queries")

@@ -44,6 +44,17 @@ static inline int pm_perf_event_open(struct perf_event_attr *attr, pid_t pid, in
 int pm_mmap_read(const volatile struct perf_event_mmap_page *pc, uint64_t *count, uint64_t *enabled,
                  uint64_t *running);
 
+/* Test hooks of pm_host_pmu_facts (host.c), so a test can play a host it is
+ * not on (libpfm4 knows the CPU, the kernel has no PMU...). detect stands in
+ * for pm_model_detect; open_event for opening and closing one user-level
+ * event of the calling thread: 0 or -errno. A NULL member keeps the real
+ * one; NULL hooks restore both. Set them while no probe is opening. */
+typedef struct pm_host_pmu_hooks {
+    int (*detect)(const char **model);
+    int (*open_event)(uint32_t type, uint64_t config);
+} pm_host_pmu_hooks;
+void pm_host_pmu_set_hooks(const pm_host_pmu_hooks *hooks);
+
 /* libpfm4 initialised once per process: 0 or -EOPNOTSUPP. */
 int pm_pfm_ready(void);
 

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 /* 4 general-purpose counters per hyper-thread on Intel; AMD has 6, Arm >= 6. */
@@ -48,6 +49,7 @@ typedef struct pm_probe_state {
     pm_group group[PM_MAX_GROUPS];
     const char *mode;  /* "hardware" | "software" */
     const char *model; /* NULL in software mode */
+    char reason[320];  /* why this mode (pm_probe_counter_mode_reason) */
     int use_rdpmc;
     int task_from_enabled; /* hardware_only: task_clock_ns = group 0's time_enabled */
     size_t page_size;
@@ -167,6 +169,56 @@ static void probe_free(pm_probe_state *s)
     free(s);
 }
 
+/* Let the calling thread be scheduled out and back in once, so the kernel
+ * installs every member of the groups just opened on it. Seen on Linux 6.18
+ * (KVM guest): a group opened on the running thread counted its leader only
+ * until the thread's next context switch — page-faults under a task-clock
+ * leader read 0 for 1024 fresh pages in 295 of 300 fresh groups (rusage: all
+ * 1024), and 0 of 300 after one short sleep; a task-clock member under a
+ * page-faults leader likewise read 0. One sleep per probe open (~0.1 ms). */
+static void settle_groups(void)
+{
+    struct timespec ts = {0, 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Errors that mean "no usable PMU here" (AUTO then counts software), as
+ * opposed to resource errors (EMFILE, ENOMEM...) that must surface. */
+static int no_usable_pmu(int rc)
+{
+    return rc == -ENODEV || rc == -ENOENT || rc == -EOPNOTSUPP || rc == -EACCES || rc == -EPERM;
+}
+
+/* Hardware groups for AUTO / HARDWARE: only where libpfm4 knows the model
+ * AND the kernel opens a hardware event (pm_host_pmu_facts). Returns 0 with
+ * s->model set, or -errno with s->reason saying why and nothing left open. */
+static int open_hardware_mode(pm_probe_state *s, const pm_probe_config *cfg)
+{
+    pm_host_pmu facts;
+    pm_host_pmu_facts(&facts);
+    snprintf(s->reason, sizeof(s->reason), "%s", facts.reason);
+    int rc = 0;
+    if (!facts.model)
+        rc = -ENODEV;
+    else if (!facts.hardware_events)
+        /* EINVAL for a plain cycles event: this kernel's PMU does not take
+         * it (a partial virtual PMU), not a bad argument of the caller's */
+        rc = facts.hardware_errno == EINVAL ? -EOPNOTSUPP : facts.hardware_errno ? -facts.hardware_errno : -ENOENT;
+    else if (cfg->model && strcmp(cfg->model, facts.model) != 0)
+        rc = -EINVAL; /* counting another model's codes would be garbage */
+    else if ((rc = open_hardware(s, facts.model)) != 0)
+        snprintf(s->reason, sizeof(s->reason), "%s; but no event of the %s table opened (%s)", facts.reason,
+                 facts.model, strerror(-rc));
+    if (rc == 0) {
+        s->model = facts.model;
+        return 0;
+    }
+    for (int i = 0; i < s->n_groups; i++)
+        group_close(&s->group[i], s->page_size);
+    s->n_groups = 0;
+    return rc;
+}
+
 int pm_probe_open(void *ctx, int worker_cpu, void **state)
 {
     static const pm_probe_config DEFAULT = {PM_MODE_AUTO, NULL, 0, 0};
@@ -179,32 +231,19 @@ int pm_probe_open(void *ctx, int worker_cpu, void **state)
     s->page_size = (size_t)sysconf(_SC_PAGESIZE);
     s->use_rdpmc = !cfg->disable_rdpmc;
     s->mode = "software";
+    snprintf(s->reason, sizeof(s->reason), "software mode requested");
     int rc = 0;
     if (cfg->mode != PM_MODE_SOFTWARE) {
-        const char *model = NULL;
-        rc = pm_model_detect(&model);
-        if (rc == 0 && cfg->model && strcmp(cfg->model, model) != 0)
-            rc = -EINVAL; /* counting another model's codes would be garbage */
-        if (rc == 0)
-            rc = open_hardware(s, model);
+        rc = open_hardware_mode(s, cfg);
         if (rc == 0) {
             s->mode = "hardware";
-            s->model = model;
-        } else {
-            for (int i = 0; i < s->n_groups; i++)
-                group_close(&s->group[i], s->page_size);
-            s->n_groups = 0;
-            /* AUTO degrades to software only for "no usable PMU here"; a
-             * resource error (EMFILE...) must surface. */
-            int no_pmu = rc == -ENODEV || rc == -ENOENT || rc == -EOPNOTSUPP || rc == -EACCES ||
-                         rc == -EPERM;
-            if (cfg->mode == PM_MODE_HARDWARE || !no_pmu) {
-                free(s);
-                return rc;
-            }
+        } else if (cfg->mode == PM_MODE_HARDWARE || !no_usable_pmu(rc)) {
+            free(s);
+            return rc;
         }
     }
     if (s->model && cfg->hardware_only) {
+        settle_groups();
         s->task_from_enabled = 1;
         *state = s;
         return 0;
@@ -214,6 +253,7 @@ int pm_probe_open(void *ctx, int worker_cpu, void **state)
         probe_free(s);
         return rc;
     }
+    settle_groups();
     *state = s;
     return 0;
 }
@@ -227,6 +267,11 @@ void pm_probe_close(void *state)
 const char *pm_probe_counter_mode(const void *state)
 {
     return state ? ((const pm_probe_state *)state)->mode : "software";
+}
+
+const char *pm_probe_counter_mode_reason(const void *state)
+{
+    return state ? ((const pm_probe_state *)state)->reason : "";
 }
 
 const char *pm_probe_model(const void *state)

@@ -1,7 +1,8 @@
 /*
  * pmoss-events: print the portable-feature -> event mapping of a CPU model.
  *   pmoss-events MODEL     TSV table (feature, source, event, type, config...)
- *   pmoss-events --detect  the host's model, or exit 1 without a hardware PMU
+ *   pmoss-events --detect  the host's model, or exit 1 (and why) where hardware
+ *                          events cannot be counted
  *   pmoss-events --models  every model key
  * Encoding another model than the host's needs LIBPFM_FORCE_PMU=<pmu> or
  * LIBPFM_ENCODE_INACTIVE=1; the tool sets the latter unless the caller chose.
@@ -26,12 +27,14 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(argv[1], "--detect") == 0) {
-        const char *m;
-        if (pm_model_detect(&m) != 0) {
-            fprintf(stderr, "no supported hardware PMU on this host (software counter mode)\n");
+        /* both facts: libpfm4 may know the CPU of a VM whose kernel has no PMU */
+        pm_host_pmu pmu;
+        pm_host_pmu_facts(&pmu);
+        if (!pmu.model || !pmu.hardware_events) {
+            fprintf(stderr, "software counter mode: %s\n", pmu.reason);
             return 1;
         }
-        printf("%s\n", m);
+        printf("%s\n", pmu.model);
         return 0;
     }
     if (!getenv("LIBPFM_FORCE_PMU"))

@@ -64,7 +64,8 @@ static const char usage[] =
     "                         print the run's bytes per node and link\n"
     "output:\n"
     "  --per-slice            print one CSV line per slice (queries and every stat)\n"
-    "  --show-topology        print worker CPUs and their nodes, then exit\n"
+    "  --show-topology        print worker CPUs and their nodes, and which counters\n"
+    "                         --probe auto gets here and why, then exit\n"
     "  --help\n";
 
 /* The run's off-core bytes, one line per node / link, or why there are none. */
@@ -290,6 +291,14 @@ int main(int argc, char **argv)
         for (unsigned i = 0; i < n && i < 4096; i++)
             printf(" %d(node %d)", cpus[i], pm_runtime_cpu_node(rt, cpus[i]));
         printf("\n");
+#ifdef PMOSS_HAVE_COLLECTOR
+        /* what --probe auto would count here, and why (this thread's view) */
+        pm_host_pmu pmu;
+        pm_host_pmu_facts(&pmu);
+        printf("counters %s: model %s, hardware_events %d (%s)\n",
+               pmu.model && pmu.hardware_events ? "hardware" : pmu.software_events ? "software" : "none",
+               pmu.model ? pmu.model : "unknown", pmu.hardware_events, pmu.reason);
+#endif
         pm_runtime_destroy(rt);
         return 0;
     }

@@ -98,8 +98,30 @@ int pm_event_encode(const char *model, int feature, struct perf_event_attr *attr
 
 /* The model of this host from libpfm's default PMU (honours
  * LIBPFM_FORCE_PMU). Writes a static model key to *model. Returns 0 or
- * -ENODEV (no supported hardware PMU, e.g. a VM: use software mode). */
+ * -ENODEV (libpfm4 does not know this CPU). Only what CPUID says: the kernel
+ * may still have no PMU for it (a VM) — pm_host_pmu_facts tells both. */
 int pm_model_detect(const char **model);
+
+/* What this host lets the collector count, as two separate facts: libpfm4
+ * knowing the CPU does not mean the kernel has its PMU (a KVM guest with no
+ * virtual PMU: CPUID says Zen 3, /sys/bus/event_source/devices has no `cpu`,
+ * every hardware perf_event_open fails). Hardware counting needs both. */
+typedef struct pm_host_pmu {
+    const char *model;   /* pm_model_detect's key (static), NULL: libpfm4 does not know the CPU */
+    int hardware_events; /* 1: perf_event_open(cycles, user level) opened for the calling thread */
+    int hardware_errno;  /* 0, or the errno of that open (ENOENT: the kernel has no hardware PMU) */
+    int software_events; /* 1: perf_event_open(task-clock, user level) opened for the calling thread */
+    int software_errno;  /* 0, or the errno of that open (EACCES: perf_event_paranoid 3, EPERM: seccomp) */
+    char reason[256];    /* one line for users, e.g. "libpfm4 model zen3; kernel has no hardware
+                          * PMU: perf_event_open(cycles) = ENOENT" */
+} pm_host_pmu;
+
+/* Fill *out with the facts of this host for the calling thread: pm_model_detect,
+ * then one user-level PERF_COUNT_HW_CPU_CYCLES and one task-clock event opened
+ * (pid 0, cpu -1) and closed again. pm_probe_open's AUTO mode counts hardware
+ * exactly when model != NULL and hardware_events == 1. Thread-safe; costs a few
+ * system calls (not for a per-query path). Returns 0 or -EINVAL (out NULL). */
+int pm_host_pmu_facts(pm_host_pmu *out);
 
 /* Print the mapping table of model as TSV (feature, source, event, type,
  * config, config1, config2, note) to fd. Unavailable features print
@@ -131,11 +153,16 @@ typedef struct pm_probe_config {
 /* Open the counters of the calling thread (pid 0, any CPU: they follow the
  * thread, and per-thread counting is what perf_event_paranoid=2 permits).
  * Call it on the worker thread after pinning. worker_cpu is only checked
- * (>= -1). Hardware features go into groups of at most 4 events (one
+ * (>= -1). AUTO and HARDWARE first take pm_host_pmu_facts: hardware needs a
+ * model libpfm4 knows AND a hardware event that opens; otherwise AUTO counts
+ * software (the reason kept for pm_probe_counter_mode_reason) and HARDWARE
+ * fails (-ENODEV: no model; else the errno of the cycles open). Hardware features go into groups of at most 4 events (one
  * off-core-response event per group) that the kernel multiplexes; the probe
  * scales each read window by time_enabled/time_running. The caller owns
- * *state (pm_probe_close). Returns 0, -EINVAL, -ENOMEM, or in hardware mode
- * the -errno of perf_event_open (-ENOENT when the host has no PMU). */
+ * *state (pm_probe_close). Returns 0, -EINVAL, -ENOMEM, in hardware mode
+ * the -errno of perf_event_open (-ENOENT when the host has no PMU), and in
+ * any mode -EACCES/-EPERM when the kernel refuses even software events
+ * (perf_event_paranoid 3 without CAP_PERFMON, a seccomp filter). */
 int pm_probe_open(void *ctx, int worker_cpu, void **state);
 
 /* Write PM_PROBE_N_VALUES cumulative values (counts; task_clock_ns in ns)
@@ -151,6 +178,11 @@ void pm_probe_close(void *state);
 
 /* "hardware" or "software": the snapshot's counter_mode. Static string. */
 const char *pm_probe_counter_mode(const void *state);
+
+/* Why the probe counts in its mode, one line owned by state (valid until
+ * pm_probe_close): "software mode requested", pm_host_pmu.reason when AUTO
+ * found no usable PMU, or what opened in hardware mode. "" for NULL state. */
+const char *pm_probe_counter_mode_reason(const void *state);
 
 /* The model whose events the probe counts, or NULL in software mode. */
 const char *pm_probe_model(const void *state);

@@ -94,6 +94,11 @@ int pm_runtime_export_arrow(pm_runtime *rt, struct ArrowArray *slices, struct Ar
                             struct ArrowArray *offcore, struct ArrowSchema *offcore_schema,
                             char *msg, size_t msg_len);
 int pm_runtime_lookup(pm_runtime *rt, uint64_t key, uint64_t *value);
+typedef struct pm_host_pmu {
+    const char *model; int hardware_events; int hardware_errno; int software_events; int software_errno;
+    char reason[256];
+} pm_host_pmu;
+int pm_host_pmu_facts(pm_host_pmu *out);
 uint64_t pm_runtime_n_keys(pm_runtime *rt);
 """
 
@@ -130,6 +135,21 @@ def load_library() -> Any:
             raise NativeRuntimeError(f"{path} not found: build it with `cmake -S . -B build && cmake --build build`, or set PMOSS_LIB")
         _lib = _ffi.dlopen(str(path))
     return _lib
+
+
+def host_pmu_facts() -> dict[str, Any]:
+    """What the collector can count here (pm_host_pmu_facts, collector.h): `model` libpfm4 knows
+    (None: none), `hardware_events` (a cycles event opens), `software_events`, and `reason`, one
+    line saying why. Raises NativeRuntimeError if libpmoss was built without the collector."""
+    lib = load_library()
+    out = _ffi.new("pm_host_pmu *")
+    try:
+        lib.pm_host_pmu_facts(out)
+    except AttributeError as exc:
+        raise NativeRuntimeError(f"{library_path()} has no collector (pm_host_pmu_facts): rebuild with libpfm4") from exc
+    model = _ffi.string(out.model).decode() if out.model != _ffi.NULL else None
+    return {"model": model, "hardware_events": bool(out.hardware_events), "software_events": bool(out.software_events),
+            "reason": _message(out.reason)}
 
 
 BATCH_MAX_WAIT_US_DEFAULT = 10_000  # = PM_BATCH_MAX_WAIT_US_DEFAULT (runtime.h): the wait with a probe when none is given

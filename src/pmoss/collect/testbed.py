@@ -33,15 +33,17 @@ class Testbed:
     (`enforce` may run while another thread is inside `run`)."""
 
     def __init__(self, machine: Machine, n_keys: int, dataset: str = "dense", n_slices: int = 256, seed: int = 1,
-                 probe: str = "auto", offcore: str | None = "/sys", batch_queries: int = 100,
+                 probe: str | None = "auto", offcore: str | None = "/sys", batch_queries: int = 100,
                  batch_max_wait_us: int | None = None):  # fmt: skip
         """offcore: sysfs root of the uncore PMUs to sweep ("/sys"), None for no off-core readings.
         batch_queries / batch_max_wait_us: probe granularity and its latency bound (see Runtime)."""
-        from pmoss.collect.runtime import Runtime
+        from pmoss.collect.runtime import Runtime, host_pmu_facts
 
         self.machine, self.dataset, self.n_keys = machine, dataset, n_keys
         self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe, offcore=offcore,
                           batch_queries=batch_queries, batch_max_wait_us=batch_max_wait_us)
+        self.probe = probe
+        self.pmu = host_pmu_facts()  # why counters are hardware or software here: the rows' counter_mode_reason
         self.n_slices = self.rt.n_slices
         lower = self.rt.slice_bounds()
         self.slice_lo, self.slice_hi = lower, [x - 1 for x in lower[1:]] + [UINT64_MAX]
@@ -79,6 +81,20 @@ class Testbed:
             "schedule_kind": s.kind, "schedule_provenance": json.dumps(s.provenance, sort_keys=True), "seed": seed,
             "run_index": run_index, "n_slices": self.n_slices, "window_s": result["seconds"],
             "throughput_qps": result["throughput"], "counter_mode": "hardware" if hardware else "software",
+            "counter_mode_reason": counter_mode_reason(self.probe, hardware, self.pmu),
             "collector": f"pmoss-collector {__version__}", "timestamp": now_utc(), "slice_lo": self.slice_lo,
             "slice_hi": self.slice_hi, **cols,
         }  # fmt: skip
+
+
+def counter_mode_reason(probe: str | None, hardware: bool, pmu: dict[str, Any]) -> str:
+    """One line on why an episode's counters are hardware or software (`pmu`: host_pmu_facts), e.g.
+    "libpfm4 model zen3; kernel has no hardware PMU: perf_event_open(cycles) = ENOENT"."""
+    if probe is None:
+        return "no probe: the runtime counted its own per-slice counts only"
+    if probe == "software":
+        return "software mode requested (probe=software)"
+    usable = pmu["model"] is not None and pmu["hardware_events"]
+    if not hardware and usable:
+        return f"{pmu['reason']}; but no hardware event of the model counted"
+    return pmu["reason"]

@@ -43,6 +43,8 @@ SLICE_FEATURES: tuple[str, ...] = CORE_FEATURES + SOFTWARE_FEATURES
 OFFCORE_NODE = ("imc_read_bytes", "imc_write_bytes")  # one value per NUMA node
 OFFCORE_LINK = ("link_in_bytes", "link_out_bytes")  # one value per socket link
 
+OPTIONAL_COLUMNS = ("counter_mode_reason",)  # may be absent from a file: read as null
+
 _f64_list = pa.list_(pa.float64())
 SNAPSHOT_SCHEMA = pa.schema(
     [
@@ -64,6 +66,7 @@ SNAPSHOT_SCHEMA = pa.schema(
         *[pa.field(name, _f64_list) for name in OFFCORE_NODE + OFFCORE_LINK],
         pa.field("unavailable", pa.list_(pa.string()), nullable=False),
         pa.field("counter_mode", pa.string(), nullable=False),  # hardware | software | sim | legacy
+        pa.field("counter_mode_reason", pa.string()),  # real episodes: why hardware / software (null in older files)
         pa.field("collector", pa.string(), nullable=False),
         pa.field("schema_version", pa.int32(), nullable=False),
         pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
@@ -154,6 +157,9 @@ def read_raw_file(path: Path) -> pa.Table:
     version = int(meta.get(b"pmoss.schema_version", b"0"))
     if version > SNAPSHOT_SCHEMA_VERSION:
         raise ContractError(f"{path}: field 'schema_version': {version} is newer than this pmoss ({SNAPSHOT_SCHEMA_VERSION}); upgrade pmoss")
+    for name in OPTIONAL_COLUMNS:  # added after files of this schema version were written: null there
+        if name not in table.schema.names:
+            table = table.append_column(SNAPSHOT_SCHEMA.field(name), pa.nulls(table.num_rows, SNAPSHOT_SCHEMA.field(name).type))
     missing = [n for n in SNAPSHOT_SCHEMA.names if n not in table.schema.names]
     if missing:
         raise ContractError(f"{path}: field '{missing[0]}' is missing")
