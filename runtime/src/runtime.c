@@ -4,7 +4,9 @@
  *
  * Thread roles. Routers generate queries (one pm_workload stream each), find
  * the slice by binary search over the boundaries and push each query into
- * one worker's bounded queue, waiting while it is full. Workers pop queued
+ * one worker's bounded queue, waiting while it is full: the slice's one
+ * worker, the least loaded member of its execution group, or any worker
+ * (round robin) for shared kinds. Workers pop queued
  * queries into per-slice pending batches (pending.c, FCFS within a slice)
  * and run a slice's batch once it holds batch_queries queries, or earlier
  * when its oldest query waited batch_max_wait_us, the queue ran dry or the
