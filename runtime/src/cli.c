@@ -42,7 +42,13 @@ static const char usage[] =
     "                         microseconds (0: never wait; default " PM_STR(PM_BATCH_MAX_WAIT_US_DEFAULT) " with\n"
     "                         --probe, 0 without)\n"
     "schedule:\n"
-    "  --schedule FILE        schedule JSON (DESIGN 4.2); default os-default\n"
+    "  --schedule FILE        schedule JSON (docs/contracts.md, schema version 1 or 2:\n"
+    "                         per slice a node and an execution group, width thread,\n"
+    "                         core, l3 or node: --show-topology lists each worker's\n"
+    "                         node, core and L3 domain); default os-default\n"
+    "  --machine NAME         this host's machine name: a schedule for another machine\n"
+    "                         is refused (default: unknown, such a schedule is run\n"
+    "                         with one warning)\n"
     "  --switch-schedule FILE enforce this schedule during the run ...\n"
     "  --switch-at SECONDS    ... this many seconds after the start (default T/2)\n"
     "workload:\n"
@@ -154,7 +160,7 @@ static int load_and_set(pm_runtime *rt, const char *path, const char *when)
 enum {
     O_KEYS = 256, O_DATASET, O_SEED, O_SLICES, O_EQW, O_LEAF, O_ROUTERS, O_WORKERS, O_SHARE,
     O_QUEUE, O_BATCH, O_BATCH_WAIT, O_SCHED, O_SWITCH, O_SWITCH_AT, O_WORKLOAD, O_DIST, O_THETA, O_SMIN,
-    O_SMAX, O_WSEED, O_SECONDS, O_PER_SLICE, O_TOPO, O_PROBE, O_OFFCORE, O_HELP
+    O_SMAX, O_WSEED, O_SECONDS, O_PER_SLICE, O_TOPO, O_PROBE, O_OFFCORE, O_MACHINE, O_HELP
 };
 
 int main(int argc, char **argv)
@@ -173,7 +179,7 @@ int main(int argc, char **argv)
         {"scan-max", 1, 0, O_SMAX},     {"workload-seed", 1, 0, O_WSEED},
         {"seconds", 1, 0, O_SECONDS},   {"per-slice", 0, 0, O_PER_SLICE},
         {"show-topology", 0, 0, O_TOPO}, {"probe", 1, 0, O_PROBE},
-        {"offcore", 2, 0, O_OFFCORE},
+        {"offcore", 2, 0, O_OFFCORE},   {"machine", 1, 0, O_MACHINE},
         {"help", 0, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -235,6 +241,7 @@ int main(int argc, char **argv)
             offcore = 1;
             offcore_root = optarg;
             break;
+        case O_MACHINE: cfg.machine = optarg; break;
         case O_HELP: fputs(usage, stdout); return 0;
         default: fputs(usage, stderr); return 2;
         }
@@ -289,7 +296,9 @@ int main(int argc, char **argv)
         unsigned n = pm_runtime_worker_cpus(rt, cpus, 4096);
         printf("nodes %d, worker CPUs %u:", pm_runtime_n_nodes(rt), n);
         for (unsigned i = 0; i < n && i < 4096; i++)
-            printf(" %d(node %d)", cpus[i], pm_runtime_cpu_node(rt, cpus[i]));
+            printf(" %d(node %d, core %d, l3 %d)", cpus[i], pm_runtime_cpu_node(rt, cpus[i]),
+                   pm_runtime_cpu_domain(rt, cpus[i], PM_WIDTH_CORE),
+                   pm_runtime_cpu_domain(rt, cpus[i], PM_WIDTH_L3));
         printf("\n");
 #ifdef PMOSS_HAVE_COLLECTOR
         /* what --probe auto would count here, and why (this thread's view) */

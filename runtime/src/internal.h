@@ -106,7 +106,26 @@ typedef struct pm_topology {
     int n_cpus;               /* CPU ids are 0..n_cpus-1 */
     int *cpu_node;            /* node of each CPU id */
     unsigned char *cpu_role;  /* pm_cpu_role of each CPU id */
+    /* Sharing domains, each named by its smallest CPU id: the physical core
+     * (SMT threads) and the L3 domain of each CPU id. NULL: every CPU is its
+     * own core and L3 domain. Groups cut them to a node. */
+    int *cpu_core;
+    int *cpu_l3;
+    const char *machine;      /* this host's machine name; NULL or "": unknown */
 } pm_topology;
+
+/* Fill t->cpu_core and t->cpu_l3 (allocated here, n_cpus entries; the
+ * caller frees them) from sysfs under sysfs_root (NULL: "/sys"), by the
+ * rules of src/pmoss/topology.py so both sides see the same groups:
+ * physical core = (topology/physical_package_id, topology/core_id), L3
+ * domain = shared_cpu_list of the level-3 unified cache under cache/index*.
+ * A CPU whose core_id is missing is its own core; one without an L3 entry
+ * shares its package's domain. Returns 0 or -ENOMEM. */
+int pm_topology_read_domains(pm_topology *t, const char *sysfs_root);
+
+/* The domain of a CPU at a width: the CPU itself (thread), its core or L3
+ * domain id, or its node. cpu must be in 0..n_cpus-1. */
+int pm_topology_domain(const pm_topology *t, int cpu, pm_width width);
 
 /* Check a schedule against a topology and slice count; message names the
  * first bad slice. Returns 0 or -EINVAL. */

@@ -4,7 +4,9 @@
  *
  * Thread roles. Routers generate queries (one pm_workload stream each), find
  * the slice by binary search over the boundaries and push each query into
- * one worker's bounded queue, waiting while it is full. Workers pop queued
+ * one worker's bounded queue, waiting while it is full: the slice's one
+ * worker, the least loaded member of its execution group, or any worker
+ * (round robin) for shared kinds. Workers pop queued
  * queries into per-slice pending batches (pending.c, FCFS within a slice)
  * and run a slice's batch once it holds batch_queries queries, or earlier
  * when its oldest query waited batch_max_wait_us, the queue ran dry or the
@@ -64,17 +66,30 @@ static const char *const own_stat_names[N_OWN_STATS] = {"queries", "nodes_visite
 #define IDLE_SPINS 64u
 #define IDLE_YIELDS 2048u
 
+/* Where a slice's queries go: n 0: any worker (shared kinds, round robin);
+ * n 1: the worker whose index is `first` (no choice, no member list read);
+ * n > 1: members[first .. first + n), the slice's execution group. */
+typedef struct route {
+    uint32_t first, n;
+} route;
+
+/* Up to this many members of a group are compared per query (all of them in
+ * groups this small): the cost of a choice stays bounded in node-wide
+ * groups, and the rotating start spreads the comparisons over all members. */
+#define GROUP_PROBES 4u
+
 typedef struct routing {
-    pm_schedule_kind kind;
-    uint32_t *target; /* one-core kinds: worker index; sn-numa: node */
+    route *slice;      /* [n_slices] */
+    uint32_t *members; /* worker indexes of every group, groups back to back */
 } routing;
 
 typedef struct worker {
     int cpu, node;
     unsigned idx;
     pm_queue q;
+    uint64_t q_base;             /* queue pushes before this run (set before it starts) */
     _Atomic uint64_t *stats;     /* [slice][stat], written only by this worker */
-    _Atomic uint64_t completed;  /* written only by this worker */
+    _Atomic uint64_t completed;  /* written only by this worker; routers read it (load) */
     /* this run's batches, full batches and probe reads: plain, written only
      * by this worker and read after it is joined */
     uint64_t batches, full_batches, probe_reads;
@@ -113,6 +128,8 @@ struct pm_runtime {
     bool has_probe;
     pm_topology topo;
     bool shared_cpus;
+    char machine[128];             /* cfg.machine, copied; "" unknown */
+    _Atomic int machine_warned;    /* the unknown-host warning was printed */
 
     unsigned n_slices;
     uint64_t *lower;       /* slice i holds keys in [lower[i], lower[i+1]) */
@@ -195,8 +212,9 @@ static int discover_topology(pm_runtime *rt, char *err, size_t err_len)
     t->n_nodes = pm_numa_nodes();
     t->cpu_node = calloc((size_t)n_cpus, sizeof *t->cpu_node);
     t->cpu_role = calloc((size_t)n_cpus, 1);
-    if (!t->cpu_node || !t->cpu_role)
+    if (!t->cpu_node || !t->cpu_role || pm_topology_read_domains(t, rt->cfg.sysfs_root))
         return -ENOMEM;
+    t->machine = rt->machine;
     bool numa = numa_available() >= 0;
     for (int c = 0; c < n_cpus; c++) {
         if (!CPU_ISSET(c, &set))
@@ -404,32 +422,85 @@ void pm_runtime_config_init(pm_runtime_config *cfg)
     cfg->share_cpus = -1;
 }
 
-static int build_routing(const pm_runtime *rt, const pm_schedule *s, routing **out)
-{
-    routing *r = malloc(sizeof *r);
-    uint32_t *target = malloc(rt->n_slices * sizeof *target);
-    if (!r || !target) {
-        free(r);
-        free(target);
-        return -ENOMEM;
-    }
-    r->kind = pm_schedule_kind_of(s);
-    r->target = target;
-    const int *node = pm_schedule_nodes(s), *core = pm_schedule_cores(s);
-    for (unsigned i = 0; i < rt->n_slices; i++)
-        target[i] = pm_schedule_kind_is_one_core(r->kind) ? (uint32_t)rt->cpu_worker[core[i]]
-                    : node[i] >= 0                         ? (uint32_t)node[i]
-                                                           : 0;
-    *out = r;
-    return 0;
-}
-
 static void free_routing(routing *r)
 {
     if (r) {
-        free(r->target);
+        free(r->slice);
+        free(r->members);
         free(r);
     }
+}
+
+/* Append the group of (anchor, width) cut to node — workers in index order —
+ * to r->members (room for n_workers more entries is there) and return its
+ * route. core -1 (width node) needs no anchor. */
+static route add_group(const pm_runtime *rt, routing *r, size_t *used, int node, int core,
+                       pm_width width)
+{
+    const pm_topology *t = &rt->topo;
+    if (width == PM_WIDTH_THREAD)
+        return (route){(uint32_t)rt->cpu_worker[core], 1};
+    int dom = core >= 0 ? pm_topology_domain(t, core, width) : -1;
+    route g = {(uint32_t)*used, 0};
+    for (unsigned k = 0; k < rt->node_n_workers[node]; k++) {
+        unsigned w = rt->node_workers[node][k];
+        if (width == PM_WIDTH_NODE || pm_topology_domain(t, rt->workers[w].cpu, width) == dom)
+            r->members[g.first + g.n++] = w;
+    }
+    *used += g.n;
+    return g.n == 1 ? (route){r->members[g.first], 1} : g;
+}
+
+/* The routing table of a validated schedule. Groups are built once per
+ * (width, anchor) — or per node for anchorless width node — and shared by
+ * every slice that names them, so the member list stays within
+ * (3 x n_cpus + n_nodes) groups whatever n_slices is. */
+static int build_routing(const pm_runtime *rt, const pm_schedule *s, routing **out)
+{
+    const pm_topology *t = &rt->topo;
+    size_t n_keys = 3 * (size_t)t->n_cpus + (size_t)t->n_nodes, used = 0, cap = rt->n_workers;
+    routing *r = calloc(1, sizeof *r);
+    route *memo = malloc(n_keys * sizeof *memo);
+    int rc = r && memo ? 0 : -ENOMEM;
+    if (rc == 0) {
+        r->slice = malloc(rt->n_slices * sizeof *r->slice);
+        r->members = malloc(cap * sizeof *r->members);
+        rc = r->slice && r->members ? 0 : -ENOMEM;
+    }
+    for (size_t k = 0; rc == 0 && k < n_keys; k++)
+        memo[k].n = UINT32_MAX; /* not built yet */
+    const int *node = pm_schedule_nodes(s), *core = pm_schedule_cores(s);
+    const uint8_t *width = pm_schedule_widths(s);
+    for (unsigned i = 0; rc == 0 && i < rt->n_slices; i++) {
+        pm_width w = (pm_width)width[i];
+        if (w == PM_WIDTH_NONE) {
+            r->slice[i] = (route){0, 0};
+            continue;
+        }
+        /* width node: one group per node, whatever the anchor (or none) */
+        size_t key = w == PM_WIDTH_NODE ? 3 * (size_t)t->n_cpus + (size_t)node[i]
+                                        : (size_t)w * (size_t)t->n_cpus + (size_t)core[i];
+        if (memo[key].n == UINT32_MAX) {
+            if (used + rt->n_workers > cap) {
+                uint32_t *m = realloc(r->members, 2 * cap * sizeof *m);
+                if (!m) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                r->members = m;
+                cap *= 2;
+            }
+            memo[key] = add_group(rt, r, &used, node[i], core[i], w);
+        }
+        r->slice[i] = memo[key];
+    }
+    free(memo);
+    if (rc) {
+        free_routing(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
 }
 
 int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err, size_t err_len)
@@ -469,6 +540,7 @@ int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err,
     pthread_mutex_init(&rt->snap_lock, NULL);
     pthread_cond_init(&rt->snap_cond, NULL);
     pthread_mutex_init(&rt->lat_lock, NULL);
+    snprintf(rt->machine, sizeof rt->machine, "%s", cfg->machine ? cfg->machine : "");
     int rc = discover_topology(rt, err, err_len);
     size_t table = (size_t)rt->n_slices * rt->n_stats;
     if (rc == 0) {
@@ -519,7 +591,8 @@ int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err,
         return rc;
     }
     atomic_init(&rt->routing, r);
-    rt->cfg.dataset = NULL; /* borrowed string: not kept */
+    /* borrowed strings: not kept */
+    rt->cfg.dataset = rt->cfg.machine = rt->cfg.sysfs_root = NULL;
     *out = rt;
     return 0;
 }
@@ -566,6 +639,8 @@ void pm_runtime_destroy(pm_runtime *rt)
     free(rt->stat_names);
     free(rt->topo.cpu_node);
     free(rt->topo.cpu_role);
+    free(rt->topo.cpu_core);
+    free(rt->topo.cpu_l3);
     pthread_mutex_destroy(&rt->ctl);
     pthread_mutex_destroy(&rt->snap_lock);
     pthread_cond_destroy(&rt->snap_cond);
@@ -596,6 +671,13 @@ int pm_runtime_cpu_node(const pm_runtime *rt, int cpu)
     if (cpu < 0 || cpu >= rt->topo.n_cpus || rt->topo.cpu_role[cpu] == PM_CPU_ABSENT)
         return -1;
     return rt->topo.cpu_node[cpu];
+}
+
+int pm_runtime_cpu_domain(const pm_runtime *rt, int cpu, pm_width width)
+{
+    if (pm_runtime_cpu_node(rt, cpu) < 0 || (unsigned)width >= PM_WIDTH_NONE)
+        return -1;
+    return pm_topology_domain(&rt->topo, cpu, width);
 }
 
 void pm_runtime_slice_bounds(const pm_runtime *rt, uint64_t *lower)
@@ -657,7 +739,19 @@ uint64_t pm_runtime_n_keys(pm_runtime *rt)
 int pm_runtime_check_schedule(const pm_runtime *rt, const pm_schedule *s, char *err,
                               size_t err_len)
 {
-    return pm_schedule_validate(s, rt->n_slices, &rt->topo, err, err_len);
+    int rc = pm_schedule_validate(s, rt->n_slices, &rt->topo, err, err_len);
+    /* a known host name is checked by validate; an unknown one cannot be,
+     * which is worth saying once (not per schedule: a serving loop swaps
+     * often). The flag is the only state a check touches: an atomic, so
+     * the call stays const and thread-safe. */
+    if (rc == 0 && !rt->machine[0] && pm_schedule_machine(s)[0] &&
+        !atomic_exchange_explicit(&((pm_runtime *)rt)->machine_warned, 1, memory_order_relaxed))
+        fprintf(stderr,
+                "pmoss runtime: warning: schedule for machine \"%s\" accepted without checking the "
+                "machine (this host's name is unknown: set pm_runtime_config.machine or "
+                "--machine)\n",
+                pm_schedule_machine(s));
+    return rc;
 }
 
 static int policy_of(const pm_schedule *s, unsigned i)
@@ -684,8 +778,9 @@ int pm_runtime_set_schedule(pm_runtime *rt, const pm_schedule *s, pm_migration_r
     if (rc == 0)
         rc = build_routing(rt, s, &r);
     if (rc == 0)
-        rc = pm_schedule_create(pm_schedule_kind_of(s), rt->n_slices, pm_schedule_nodes(s),
-                                pm_schedule_cores(s), pm_schedule_machine(s), &copy);
+        rc = pm_schedule_create_groups(pm_schedule_kind_of(s), rt->n_slices, pm_schedule_nodes(s),
+                                       pm_schedule_cores(s), pm_schedule_widths(s),
+                                       pm_schedule_machine(s), &copy);
     if (rc == -ENOMEM)
         pm_errf(err, err_len, "out of memory");
     /* Migrate: a slice moves when its placement policy changes. */
@@ -773,6 +868,35 @@ static unsigned scan_last_slice(const pm_runtime *rt, unsigned s, uint64_t key, 
     return s;
 }
 
+/* A worker's load: queries handed to it this run and not yet completed
+ * (queued or in its pending batches). Relaxed loads: the value only steers
+ * which member gets a query — a stale value picks a less good member, never
+ * loses or repeats a query (the queue push hands the query over and orders
+ * it) — and nothing else is read on the strength of it. The two loads are
+ * not ordered with each other, so the difference is clamped at 0. */
+static uint64_t worker_load(const worker *w)
+{
+    uint64_t done = atomic_load_explicit(&w->completed, memory_order_relaxed);
+    uint64_t pushed = atomic_load_explicit(&w->q.head, memory_order_relaxed) - w->q_base;
+    return pushed > done ? pushed - done : 0;
+}
+
+/* The least loaded of up to GROUP_PROBES members, starting at a rotating
+ * position (ties go round robin; an idle member ends the search). */
+static unsigned least_loaded(const pm_runtime *rt, const uint32_t *m, uint32_t n, uint64_t rot)
+{
+    uint32_t probes = n < GROUP_PROBES ? n : GROUP_PROBES;
+    unsigned best = m[rot % n];
+    uint64_t best_load = worker_load(&rt->workers[best]);
+    for (uint32_t k = 1; k < probes && best_load > 0; k++) {
+        unsigned w = m[(rot + k) % n];
+        uint64_t load = worker_load(&rt->workers[w]);
+        if (load < best_load)
+            best = w, best_load = load;
+    }
+    return best;
+}
+
 static unsigned choose_worker(pm_runtime *rt, router *ro, const routing *r, const pm_query *q)
 {
     unsigned s = q->slice;
@@ -780,13 +904,12 @@ static unsigned choose_worker(pm_runtime *rt, router *ro, const routing *r, cons
         unsigned last = scan_last_slice(rt, s, q->key, q->value);
         s += (unsigned)pm_rng_below(&ro->rng, last - s + 1);
     }
-    if (pm_schedule_kind_is_one_core(r->kind))
-        return r->target[s];
-    if (r->kind == PM_KIND_SN_NUMA) {
-        uint32_t node = r->target[s];
-        return rt->node_workers[node][ro->rr++ % rt->node_n_workers[node]];
-    }
-    return (unsigned)(ro->rr++ % rt->n_workers);
+    route g = r->slice[s];
+    if (g.n == 1)
+        return g.first; /* width thread (or a one-member group): as fast as ever */
+    if (g.n == 0)
+        return (unsigned)(ro->rr++ % rt->n_workers);
+    return least_loaded(rt, r->members + g.first, g.n, ro->rr++);
 }
 
 static void *router_main(void *arg)
@@ -1202,6 +1325,8 @@ static int prepare_run(pm_runtime *rt, const pm_workload_spec *spec, char *err, 
         if (rc)
             return rc;
         atomic_store(&rt->workers[i].completed, 0);
+        /* no thread runs: the queue is empty and head is exact */
+        rt->workers[i].q_base = atomic_load_explicit(&rt->workers[i].q.head, memory_order_relaxed);
         rt->workers[i].batches = rt->workers[i].full_batches = rt->workers[i].probe_reads = 0;
     }
     return 0;

@@ -1,6 +1,8 @@
-/* Schedules: kinds, construction, the strict JSON reader for the DESIGN §4.2
- * contract, and validation against a machine topology. */
+/* Schedules: kinds, widths, construction, the strict JSON reader for the
+ * schedule contract (DESIGN §4.2, docs/contracts.md schema version 2; JSON
+ * syntax through jansson) and validation against a machine topology. */
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,20 +13,24 @@
 
 #define MACHINE_MAX 128
 #define MAX_SLICES (1u << 20)
-#define MAX_DEPTH 64
 
 struct pm_schedule {
     pm_schedule_kind kind;
     unsigned n_slices;
     int *node;
     int *core;
+    uint8_t *width; /* pm_width per slice */
     char machine[MACHINE_MAX];
 };
 
 static const char *const kind_names[PM_KIND_COUNT] = {
     "os-default", "os-interleave", "se-numa",   "sn-numa", "sn-grouped",
-    "sn-spread",  "sn-mixed",      "sn-random", "learned",
+    "sn-spread",  "sn-mixed",      "sn-random", "learned", "sn-hot",
 };
+
+static const char *const width_names[PM_WIDTH_COUNT] = {"thread", "core", "l3", "node", "none"};
+
+#define W_BIT(w) (1u << (w))
 
 const char *pm_schedule_kind_name(pm_schedule_kind kind)
 {
@@ -42,33 +48,104 @@ int pm_schedule_kind_parse(const char *name, pm_schedule_kind *kind)
     return -EINVAL;
 }
 
-int pm_schedule_kind_is_one_core(pm_schedule_kind kind)
+const char *pm_width_name(pm_width width)
 {
-    return kind >= PM_KIND_SN_GROUPED && kind < PM_KIND_COUNT;
+    return (unsigned)width < PM_WIDTH_COUNT ? width_names[width] : NULL;
 }
 
-int pm_schedule_create(pm_schedule_kind kind, unsigned n_slices, const int *node,
-                       const int *core, const char *machine, pm_schedule **out)
+int pm_width_parse(const char *name, pm_width *width)
+{
+    /* "none" is not a name a schedule may write: shared kinds omit width */
+    for (unsigned i = 0; name && i < PM_WIDTH_NONE; i++) {
+        if (strcmp(name, width_names[i]) == 0) {
+            *width = (pm_width)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+unsigned pm_schedule_kind_widths(pm_schedule_kind kind)
+{
+    switch (kind) {
+    case PM_KIND_OS_DEFAULT:
+    case PM_KIND_OS_INTERLEAVE:
+    case PM_KIND_SE_NUMA:
+        return W_BIT(PM_WIDTH_NONE);
+    case PM_KIND_SN_NUMA:
+        return W_BIT(PM_WIDTH_NODE);
+    case PM_KIND_SN_HOT:
+    case PM_KIND_LEARNED:
+        return W_BIT(PM_WIDTH_THREAD) | W_BIT(PM_WIDTH_CORE) | W_BIT(PM_WIDTH_L3) |
+               W_BIT(PM_WIDTH_NODE);
+    default:
+        return (unsigned)kind < PM_KIND_COUNT ? W_BIT(PM_WIDTH_THREAD) : 0;
+    }
+}
+
+int pm_schedule_kind_is_one_core(pm_schedule_kind kind)
+{
+    return pm_schedule_kind_widths(kind) == W_BIT(PM_WIDTH_THREAD);
+}
+
+/* The width a slice gets when the schedule names none (schema version 1,
+ * pm_schedule_create): thread, or the only width the kind allows. */
+static pm_width default_width(pm_schedule_kind kind)
+{
+    unsigned allowed = pm_schedule_kind_widths(kind);
+    return allowed & W_BIT(PM_WIDTH_THREAD) ? PM_WIDTH_THREAD
+           : allowed == W_BIT(PM_WIDTH_NODE) ? PM_WIDTH_NODE
+                                             : PM_WIDTH_NONE;
+}
+
+/* "thread, core, l3, node": the widths a kind allows, for messages. */
+static const char *allowed_list(pm_schedule_kind kind, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (unsigned w = 0; w < PM_WIDTH_NONE; w++)
+        if (pm_schedule_kind_widths(kind) & W_BIT(w))
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", width_names[w]);
+    return n ? buf : "none: the kind takes no width";
+}
+
+int pm_schedule_create_groups(pm_schedule_kind kind, unsigned n_slices, const int *node,
+                              const int *core, const uint8_t *width, const char *machine,
+                              pm_schedule **out)
 {
     if ((unsigned)kind >= PM_KIND_COUNT || n_slices == 0 || n_slices > MAX_SLICES || !node ||
         !core)
         return -EINVAL;
+    for (unsigned i = 0; width && i < n_slices; i++)
+        if (width[i] >= PM_WIDTH_COUNT)
+            return -EINVAL;
     pm_schedule *s = calloc(1, sizeof *s);
     if (!s)
         return -ENOMEM;
     s->node = malloc(n_slices * sizeof *s->node);
     s->core = malloc(n_slices * sizeof *s->core);
-    if (!s->node || !s->core) {
+    s->width = malloc(n_slices * sizeof *s->width);
+    if (!s->node || !s->core || !s->width) {
         pm_schedule_destroy(s);
         return -ENOMEM;
     }
     memcpy(s->node, node, n_slices * sizeof *node);
     memcpy(s->core, core, n_slices * sizeof *core);
+    if (width)
+        memcpy(s->width, width, n_slices * sizeof *width);
+    else
+        memset(s->width, default_width(kind), n_slices * sizeof *s->width);
     s->kind = kind;
     s->n_slices = n_slices;
     snprintf(s->machine, sizeof s->machine, "%s", machine ? machine : "");
     *out = s;
     return 0;
+}
+
+int pm_schedule_create(pm_schedule_kind kind, unsigned n_slices, const int *node,
+                       const int *core, const char *machine, pm_schedule **out)
+{
+    return pm_schedule_create_groups(kind, n_slices, node, core, NULL, machine, out);
 }
 
 void pm_schedule_destroy(pm_schedule *s)
@@ -77,6 +154,7 @@ void pm_schedule_destroy(pm_schedule *s)
         return;
     free(s->node);
     free(s->core);
+    free(s->width);
     free(s);
 }
 
@@ -84,408 +162,177 @@ pm_schedule_kind pm_schedule_kind_of(const pm_schedule *s) { return s->kind; }
 unsigned pm_schedule_n_slices(const pm_schedule *s) { return s->n_slices; }
 const int *pm_schedule_nodes(const pm_schedule *s) { return s->node; }
 const int *pm_schedule_cores(const pm_schedule *s) { return s->core; }
+const uint8_t *pm_schedule_widths(const pm_schedule *s) { return s->width; }
 const char *pm_schedule_machine(const pm_schedule *s) { return s->machine; }
 
 /* ---------------------------------------------------------------- JSON */
 
-typedef struct cursor {
-    const char *start, *p, *end;
-    char *err;
-    size_t err_len;
-    bool failed;
-} cursor;
-
-#define FAIL(c, ...)                                                        \
-    do {                                                                    \
-        if (!(c)->failed) {                                                 \
-            char msg_[256];                                                 \
-            snprintf(msg_, sizeof msg_, __VA_ARGS__);                       \
-            pm_errf((c)->err, (c)->err_len, "schedule JSON: %s (at byte %zu)", msg_, \
-                    (size_t)((c)->p - (c)->start));                         \
-            (c)->failed = true;                                             \
-        }                                                                   \
-        return -EINVAL;                                                     \
+/* Field checks after jansson has parsed the syntax. Each failure writes
+ * "<field>: <what>" (with "slice i" for array entries) to msg. */
+#define BAD(...)                                       \
+    do {                                               \
+        snprintf(msg, msg_len, __VA_ARGS__);           \
+        return -EINVAL;                                \
     } while (0)
 
-static void skip_ws(cursor *c)
-{
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
-        c->p++;
-}
-
-static bool eat(cursor *c, char ch)
-{
-    skip_ws(c);
-    if (c->p < c->end && *c->p == ch) {
-        c->p++;
-        return true;
-    }
-    return false;
-}
-
-static int hex4(cursor *c, unsigned *out)
-{
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++, c->p++) {
-        if (c->p >= c->end)
-            FAIL(c, "unterminated \\u escape");
-        char h = *c->p;
-        v <<= 4;
-        if (h >= '0' && h <= '9')
-            v |= (unsigned)(h - '0');
-        else if (h >= 'a' && h <= 'f')
-            v |= (unsigned)(h - 'a' + 10);
-        else if (h >= 'A' && h <= 'F')
-            v |= (unsigned)(h - 'A' + 10);
-        else
-            FAIL(c, "bad hex digit in \\u escape");
-    }
-    *out = v;
-    return 0;
-}
-
-/* Append a code point as UTF-8 if it fits (longer strings are truncated:
- * only field names, kind and machine are kept, and those are short). */
-static void put_utf8(char *out, size_t cap, size_t *n, unsigned cp)
-{
-    char b[4];
-    size_t k;
-    if (cp < 0x80) {
-        b[0] = (char)cp, k = 1;
-    } else if (cp < 0x800) {
-        b[0] = (char)(0xC0 | (cp >> 6)), b[1] = (char)(0x80 | (cp & 0x3F)), k = 2;
-    } else if (cp < 0x10000) {
-        b[0] = (char)(0xE0 | (cp >> 12)), b[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        b[2] = (char)(0x80 | (cp & 0x3F)), k = 3;
-    } else {
-        b[0] = (char)(0xF0 | (cp >> 18)), b[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        b[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), b[3] = (char)(0x80 | (cp & 0x3F)), k = 4;
-    }
-    if (out && *n + k < cap) {
-        memcpy(out + *n, b, k);
-        *n += k;
-    }
-}
-
-/* Parse a string into out (cap bytes incl. NUL; out may be NULL to skip).
- * *truncated is set when it did not fit. */
-static int parse_string(cursor *c, char *out, size_t cap, bool *truncated)
-{
-    if (!eat(c, '"'))
-        FAIL(c, "expected a string");
-    size_t n = 0;
-    bool trunc = false;
-    for (;;) {
-        if (c->p >= c->end)
-            FAIL(c, "unterminated string");
-        unsigned char ch = (unsigned char)*c->p++;
-        unsigned cp;
-        if (ch == '"')
-            break;
-        if (ch < 0x20)
-            FAIL(c, "control character in string");
-        if (ch != '\\') {
-            if (out && n + 1 < cap)
-                out[n++] = (char)ch;
-            else
-                trunc = true;
-            continue;
-        }
-        if (c->p >= c->end)
-            FAIL(c, "unterminated escape");
-        char e = *c->p++;
-        switch (e) {
-        case '"': cp = '"'; break;
-        case '\\': cp = '\\'; break;
-        case '/': cp = '/'; break;
-        case 'b': cp = '\b'; break;
-        case 'f': cp = '\f'; break;
-        case 'n': cp = '\n'; break;
-        case 'r': cp = '\r'; break;
-        case 't': cp = '\t'; break;
-        case 'u':
-            if (hex4(c, &cp))
-                return -EINVAL;
-            if (cp >= 0xDC00 && cp <= 0xDFFF)
-                FAIL(c, "lone low surrogate in \\u escape");
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                unsigned lo;
-                if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != 'u')
-                    FAIL(c, "high surrogate without a low surrogate");
-                c->p += 2;
-                if (hex4(c, &lo))
-                    return -EINVAL;
-                if (lo < 0xDC00 || lo > 0xDFFF)
-                    FAIL(c, "high surrogate without a low surrogate");
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            break;
-        default:
-            FAIL(c, "bad escape \\%c", e);
-        }
-        size_t before = n;
-        put_utf8(out, cap, &n, cp);
-        if (n == before)
-            trunc = true;
-    }
-    if (out)
-        out[n] = '\0';
-    if (truncated)
-        *truncated = trunc;
-    return 0;
-}
-
-/* A JSON integer (no fraction or exponent) within [lo, hi]. */
-static int parse_int(cursor *c, long long lo, long long hi, long long *out, const char *what)
-{
-    skip_ws(c);
-    const char *s = c->p;
-    bool neg = c->p < c->end && *c->p == '-';
-    if (neg)
-        c->p++;
-    if (c->p >= c->end || *c->p < '0' || *c->p > '9')
-        FAIL(c, "%s: expected an integer", what);
-    if (*c->p == '0' && c->p + 1 < c->end && c->p[1] >= '0' && c->p[1] <= '9')
-        FAIL(c, "%s: leading zero in number", what);
-    long long v = 0;
-    bool overflow = false;
-    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
-        int d = *c->p++ - '0';
-        if (v > (LLONG_MAX - d) / 10)
-            overflow = true;
-        else
-            v = v * 10 + d;
-    }
-    if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))
-        FAIL(c, "%s: expected an integer, got a fraction or exponent", what);
-    if (neg)
-        v = -v;
-    if (overflow || v < lo || v > hi)
-        FAIL(c, "%s: %.*s is out of range [%lld, %lld]", what, (int)(c->p - s > 24 ? 24 : c->p - s),
-             s, lo, hi);
-    *out = v;
-    return 0;
-}
-
-static bool match_lit(cursor *c, const char *lit)
-{
-    size_t n = strlen(lit);
-    if ((size_t)(c->end - c->p) >= n && memcmp(c->p, lit, n) == 0) {
-        c->p += n;
-        return true;
-    }
-    return false;
-}
-
-/* Skip any JSON value (provenance content), depth-limited. */
-static int skip_value(cursor *c, int depth)
-{
-    if (depth > MAX_DEPTH)
-        FAIL(c, "provenance: nested deeper than %d levels", MAX_DEPTH);
-    skip_ws(c);
-    if (c->p >= c->end)
-        FAIL(c, "provenance: unexpected end of input");
-    char ch = *c->p;
-    if (ch == '"')
-        return parse_string(c, NULL, 0, NULL);
-    if (ch == '{' || ch == '[') {
-        char close = ch == '{' ? '}' : ']';
-        c->p++;
-        if (eat(c, close))
-            return 0;
-        do {
-            if (ch == '{') {
-                if (parse_string(c, NULL, 0, NULL) || !eat(c, ':'))
-                    FAIL(c, "provenance: expected \"key\": value");
-            }
-            if (skip_value(c, depth + 1))
-                return -EINVAL;
-        } while (eat(c, ','));
-        if (!eat(c, close))
-            FAIL(c, "provenance: expected ',' or '%c'", close);
-        return 0;
-    }
-    if (match_lit(c, "true") || match_lit(c, "false") || match_lit(c, "null"))
-        return 0;
-    /* number: sign, digits, optional fraction and exponent */
-    if (c->p < c->end && *c->p == '-')
-        c->p++;
-    const char *d = c->p;
-    while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
-        c->p++;
-    if (c->p == d || (*d == '0' && c->p - d > 1))
-        FAIL(c, "provenance: bad value");
-    if (c->p < c->end && *c->p == '.') {
-        d = ++c->p;
-        while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
-            c->p++;
-        if (c->p == d)
-            FAIL(c, "provenance: bad number");
-    }
-    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
-        c->p++;
-        if (c->p < c->end && (*c->p == '+' || *c->p == '-'))
-            c->p++;
-        d = c->p;
-        while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
-            c->p++;
-        if (c->p == d)
-            FAIL(c, "provenance: bad number");
-    }
-    return 0;
-}
-
-/* An array of ints >= -1 (node ids / CPU ids); errors name the slice. */
-static int parse_int_array(cursor *c, const char *field, int **out, unsigned *n_out)
-{
-    if (!eat(c, '['))
-        FAIL(c, "%s: expected an array", field);
-    size_t n = 0, cap = 256;
-    int *a = malloc(cap * sizeof *a);
-    if (!a)
-        return -ENOMEM;
-    if (!eat(c, ']')) {
-        do {
-            if (n == MAX_SLICES) {
-                free(a);
-                FAIL(c, "%s: more than %u entries", field, MAX_SLICES);
-            }
-            char what[64];
-            snprintf(what, sizeof what, "%s: slice %zu", field, n);
-            long long v;
-            if (parse_int(c, -1, INT_MAX, &v, what)) {
-                free(a);
-                return -EINVAL;
-            }
-            if (n == cap) {
-                int *b = realloc(a, 2 * cap * sizeof *a);
-                if (!b) {
-                    free(a);
-                    return -ENOMEM;
-                }
-                a = b;
-                cap *= 2;
-            }
-            a[n++] = (int)v;
-        } while (eat(c, ','));
-        if (!eat(c, ']')) {
-            free(a);
-            FAIL(c, "%s: expected ',' or ']'", field);
-        }
-    }
-    *out = a;
-    *n_out = (unsigned)n;
-    return 0;
-}
-
-enum { F_VERSION, F_MACHINE, F_N, F_KIND, F_NODE, F_CORE, F_PROV, F_COUNT };
+enum { F_VERSION, F_MACHINE, F_N, F_KIND, F_NODE, F_CORE, F_WIDTH, F_PROV, F_COUNT };
 static const char *const field_names[F_COUNT] = {
-    "schema_version", "machine", "n_slices", "kind", "node", "core", "provenance",
+    "schema_version", "machine", "n_slices", "kind", "node", "core", "width", "provenance",
 };
 
-typedef struct parsed {
-    long long n_slices;
-    char machine[MACHINE_MAX];
-    pm_schedule_kind kind;
-    int *node, *core;
-    unsigned n_node, n_core;
-} parsed;
-
-static int parse_field(cursor *c, int f, parsed *ps)
+/* An array of n ints in [-1, INT_MAX] (node ids / CPU ids) into out[n]. */
+static int read_int_array(const json_t *a, const char *field, size_t n, int *out, char *msg,
+                          size_t msg_len)
 {
-    long long v;
-    char buf[64];
-    bool trunc;
-    switch (f) {
-    case F_VERSION:
-        if (parse_int(c, LLONG_MIN, LLONG_MAX, &v, "schema_version"))
-            return -EINVAL;
-        if (v != 1)
-            FAIL(c, "schema_version: %lld is not supported (expected 1)", v);
-        return 0;
-    case F_MACHINE:
-        if (parse_string(c, ps->machine, sizeof ps->machine, &trunc))
-            return -EINVAL;
-        if (trunc)
-            FAIL(c, "machine: longer than %d bytes", MACHINE_MAX - 1);
-        return 0;
-    case F_N:
-        return parse_int(c, 1, MAX_SLICES, &ps->n_slices, "n_slices");
-    case F_KIND:
-        if (parse_string(c, buf, sizeof buf, &trunc))
-            return -EINVAL;
-        if (trunc || pm_schedule_kind_parse(buf, &ps->kind))
-            FAIL(c, "kind: unknown schedule kind \"%.40s\"", buf);
-        return 0;
-    case F_NODE:
-        return parse_int_array(c, "node", &ps->node, &ps->n_node);
-    case F_CORE:
-        return parse_int_array(c, "core", &ps->core, &ps->n_core);
-    default:
-        skip_ws(c);
-        if (c->p >= c->end || *c->p != '{')
-            FAIL(c, "provenance: expected an object");
-        return skip_value(c, 1);
+    if (!a)
+        BAD("%s: missing required field", field);
+    if (!json_is_array(a))
+        BAD("%s: expected an array", field);
+    if (json_array_size(a) != n)
+        BAD("%s: has %zu entries but n_slices is %zu", field, json_array_size(a), n);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v))
+            BAD("%s: slice %zu: expected an integer", field, i);
+        json_int_t x = json_integer_value(v);
+        if (x < -1 || x > INT_MAX)
+            BAD("%s: slice %zu: %lld is out of range [-1, %d]", field, i, (long long)x, INT_MAX);
+        out[i] = (int)x;
     }
+    return 0;
 }
 
-static int parse_doc(cursor *c, parsed *ps)
+/* width: one string for every slice, or n strings. */
+static int read_widths(const json_t *w, pm_schedule_kind kind, size_t n, uint8_t *out,
+                       char *msg, size_t msg_len)
 {
-    bool seen[F_COUNT] = {false};
-    if (!eat(c, '{'))
-        FAIL(c, "expected a JSON object");
-    if (!eat(c, '}')) {
-        do {
-            char key[32];
-            bool trunc;
-            if (parse_string(c, key, sizeof key, &trunc))
-                return -EINVAL;
-            int f = 0;
-            while (f < F_COUNT && (trunc || strcmp(key, field_names[f]) != 0))
-                f++;
-            if (f == F_COUNT)
-                FAIL(c, "unknown field \"%.31s\"", key);
-            if (seen[f])
-                FAIL(c, "%s: duplicate field", field_names[f]);
-            seen[f] = true;
-            if (!eat(c, ':'))
-                FAIL(c, "%s: expected ':'", field_names[f]);
-            int rc = parse_field(c, f, ps);
-            if (rc)
-                return rc;
-        } while (eat(c, ','));
-        if (!eat(c, '}'))
-            FAIL(c, "expected ',' or '}'");
+    char allowed[64];
+    if (pm_schedule_kind_widths(kind) == W_BIT(PM_WIDTH_NONE))
+        BAD("width: kind %s takes no width (its queries go to any worker)", kind_names[kind]);
+    if (json_is_array(w) && json_array_size(w) != n)
+        BAD("width: has %zu entries but n_slices is %zu", json_array_size(w), n);
+    if (!json_is_array(w) && !json_is_string(w))
+        BAD("width: expected a string or an array of n_slices strings");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_is_array(w) ? json_array_get(w, i) : w;
+        pm_width x;
+        if (!json_is_string(v))
+            BAD("width: slice %zu: expected a string", i);
+        if (pm_width_parse(json_string_value(v), &x))
+            BAD("width: slice %zu: unknown width \"%.40s\" (thread, core, l3 or node)", i,
+                json_string_value(v));
+        if (!(pm_schedule_kind_widths(kind) & W_BIT(x)))
+            BAD("width: slice %zu: %s is not allowed for kind %s (allowed: %s)", i, width_names[x],
+                kind_names[kind], allowed_list(kind, allowed, sizeof allowed));
+        out[i] = (uint8_t)x;
     }
-    skip_ws(c);
-    if (c->p != c->end)
-        FAIL(c, "trailing bytes after the object");
-    for (int f = 0; f < F_PROV; f++)
-        if (!seen[f])
-            FAIL(c, "%s: missing required field", field_names[f]);
-    if (ps->n_node != ps->n_slices)
-        FAIL(c, "node: has %u entries but n_slices is %lld", ps->n_node, ps->n_slices);
-    if (ps->n_core != ps->n_slices)
-        FAIL(c, "core: has %u entries but n_slices is %lld", ps->n_core, ps->n_slices);
     return 0;
+}
+
+static int read_doc(const json_t *doc, pm_schedule **out, char *msg, size_t msg_len)
+{
+    if (!json_is_object(doc))
+        BAD("expected a JSON object");
+    const json_t *f[F_COUNT];
+    for (int i = 0; i < F_COUNT; i++)
+        f[i] = json_object_get(doc, field_names[i]);
+    const char *key;
+    const json_t *val;
+    json_object_foreach ((json_t *)doc, key, val) {
+        int i = 0;
+        while (i < F_COUNT && strcmp(key, field_names[i]) != 0)
+            i++;
+        if (i == F_COUNT)
+            BAD("unknown field \"%.40s\"", key);
+    }
+    /* fields are checked in contract order; width and provenance are optional */
+#define NEED(i)                                                 \
+    do {                                                        \
+        if (!f[i])                                              \
+            BAD("%s: missing required field", field_names[i]); \
+    } while (0)
+    NEED(F_VERSION);
+    if (!json_is_integer(f[F_VERSION]))
+        BAD("schema_version: expected an integer");
+    json_int_t version = json_integer_value(f[F_VERSION]);
+    if (version != 1 && version != 2)
+        BAD("schema_version: %lld is not supported (expected 1 or 2)", (long long)version);
+    NEED(F_MACHINE);
+    if (!json_is_string(f[F_MACHINE]))
+        BAD("machine: expected a string");
+    if (json_string_length(f[F_MACHINE]) >= MACHINE_MAX)
+        BAD("machine: longer than %d bytes", MACHINE_MAX - 1);
+    NEED(F_N);
+    if (!json_is_integer(f[F_N]))
+        BAD("n_slices: expected an integer");
+    json_int_t n = json_integer_value(f[F_N]);
+    if (n < 1 || n > MAX_SLICES)
+        BAD("n_slices: %lld is out of range [1, %u]", (long long)n, MAX_SLICES);
+    pm_schedule_kind kind;
+    NEED(F_KIND);
+    if (!json_is_string(f[F_KIND]))
+        BAD("kind: expected a string");
+    if (pm_schedule_kind_parse(json_string_value(f[F_KIND]), &kind))
+        BAD("kind: unknown schedule kind \"%.40s\"", json_string_value(f[F_KIND]));
+#undef NEED
+    if (f[F_WIDTH] && version < 2)
+        BAD("width: needs schema_version 2");
+    if (f[F_PROV] && !json_is_object(f[F_PROV]))
+        BAD("provenance: expected an object");
+    int *node = malloc((size_t)n * sizeof *node), *core = malloc((size_t)n * sizeof *core);
+    uint8_t *width = malloc((size_t)n);
+    int rc = node && core && width ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = read_int_array(f[F_NODE], "node", (size_t)n, node, msg, msg_len);
+    if (rc == 0)
+        rc = read_int_array(f[F_CORE], "core", (size_t)n, core, msg, msg_len);
+    if (rc == 0 && f[F_WIDTH])
+        rc = read_widths(f[F_WIDTH], kind, (size_t)n, width, msg, msg_len);
+    if (rc == 0)
+        rc = pm_schedule_create_groups(kind, (unsigned)n, node, core, f[F_WIDTH] ? width : NULL,
+                                       json_string_value(f[F_MACHINE]), out);
+    free(node);
+    free(core);
+    free(width);
+    return rc;
+}
+
+/* jansson's syntax error as "<what> (line L, column C)"; a duplicated key
+ * is named ("duplicate key \"a\""), wherever in the document it is. */
+static void syntax_error(const json_error_t *je, char *msg, size_t msg_len)
+{
+    const char *near = strstr(je->text, " near '");
+    if (json_error_code(je) == json_error_duplicate_key && near) {
+        const char *k = near + 7;
+        int klen = (int)strlen(k) - 1; /* drop the closing quote */
+        snprintf(msg, msg_len, "duplicate key %.*s (line %d, column %d)", klen > 0 ? klen : 0, k,
+                 je->line, je->column);
+        return;
+    }
+    snprintf(msg, msg_len, "%s (line %d, column %d)", je->text, je->line, je->column);
 }
 
 int pm_schedule_parse_json(const char *text, size_t len, pm_schedule **out, char *err,
                            size_t err_len)
 {
-    cursor c = {text, text, text + len, err, err_len, false};
-    parsed ps;
-    memset(&ps, 0, sizeof ps);
-    int rc = parse_doc(&c, &ps);
-    if (rc == -ENOMEM)
-        pm_errf(err, err_len, "schedule JSON: out of memory");
-    if (rc == 0)
-        rc = pm_schedule_create(ps.kind, (unsigned)ps.n_slices, ps.node, ps.core, ps.machine, out);
-    free(ps.node);
-    free(ps.core);
+    char msg[300];
+    json_error_t je;
+    /* REJECT_DUPLICATES: jansson would otherwise keep the last value */
+    json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    int rc;
+    if (!doc) {
+        rc = json_error_code(&je) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
+        syntax_error(&je, msg, sizeof msg);
+    } else {
+        rc = read_doc(doc, out, msg, sizeof msg);
+        if (rc == -ENOMEM)
+            snprintf(msg, sizeof msg, "out of memory");
+        json_decref(doc);
+    }
+    if (rc)
+        pm_errf(err, err_len, "schedule JSON: %s", msg);
     return rc;
 }
-
 int pm_schedule_load_file(const char *path, pm_schedule **out, char *err, size_t err_len)
 {
     FILE *f = fopen(path, "rb");
@@ -533,6 +380,74 @@ static const char *role_name(unsigned char role)
     return role == PM_CPU_ROUTER ? "a router" : "a sweeper";
 }
 
+static bool node_has_worker(const pm_topology *topo, int node)
+{
+    for (int cpu = 0; cpu < topo->n_cpus; cpu++)
+        if (topo->cpu_role[cpu] == PM_CPU_WORKER && topo->cpu_node[cpu] == node)
+            return true;
+    return false;
+}
+
+/* One slice against the topology: 0, or -EINVAL with "slice i: ..." in err. */
+static int validate_slice(const pm_schedule *s, unsigned i, const pm_topology *topo, char *err,
+                          size_t err_len)
+{
+    const char *kname = kind_names[s->kind];
+    bool os_kind = s->kind == PM_KIND_OS_DEFAULT || s->kind == PM_KIND_OS_INTERLEAVE;
+    int node = s->node[i], core = s->core[i];
+    pm_width width = (pm_width)s->width[i];
+    char allowed[64];
+    if (os_kind && node != -1) {
+        pm_errf(err, err_len, "slice %u: node must be -1 for kind %s, got %d", i, kname, node);
+        return -EINVAL;
+    }
+    if (!os_kind && (node < 0 || node >= topo->n_nodes)) {
+        pm_errf(err, err_len, "slice %u: node %d does not exist (the machine has %d nodes)", i,
+                node, topo->n_nodes);
+        return -EINVAL;
+    }
+    if (!(pm_schedule_kind_widths(s->kind) & W_BIT(width))) {
+        pm_errf(err, err_len, "slice %u: width %s is not allowed for kind %s (allowed: %s)", i,
+                width_names[width], kname, allowed_list(s->kind, allowed, sizeof allowed));
+        return -EINVAL;
+    }
+    if (width == PM_WIDTH_NONE) { /* shared kinds: any worker, no anchor */
+        if (core != -1) {
+            pm_errf(err, err_len, "slice %u: core must be -1 for kind %s, got %d", i, kname, core);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (core == -1 && width != PM_WIDTH_NODE) {
+        pm_errf(err, err_len, "slice %u: core -1 needs width node (width %s needs an anchor worker)",
+                i, width_names[width]);
+        return -EINVAL;
+    }
+    if (core == -1) {
+        if (!node_has_worker(topo, node)) {
+            pm_errf(err, err_len, "slice %u: node %d has no worker core (the group is empty)", i,
+                    node);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (core < 0 || core >= topo->n_cpus || topo->cpu_role[core] == PM_CPU_ABSENT) {
+        pm_errf(err, err_len, "slice %u: core %d does not exist or is not usable", i, core);
+        return -EINVAL;
+    }
+    if (topo->cpu_role[core] != PM_CPU_WORKER) {
+        pm_errf(err, err_len, "slice %u: core %d is reserved for %s", i, core,
+                role_name(topo->cpu_role[core]));
+        return -EINVAL;
+    }
+    if (topo->cpu_node[core] != node) {
+        pm_errf(err, err_len, "slice %u: core %d is on node %d but the schedule says node %d", i,
+                core, topo->cpu_node[core], node);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int pm_schedule_validate(const pm_schedule *s, unsigned n_slices, const pm_topology *topo,
                          char *err, size_t err_len)
 {
@@ -541,49 +456,18 @@ int pm_schedule_validate(const pm_schedule *s, unsigned n_slices, const pm_topol
                 n_slices);
         return -EINVAL;
     }
-    const char *kname = kind_names[s->kind];
-    bool os_kind = s->kind == PM_KIND_OS_DEFAULT || s->kind == PM_KIND_OS_INTERLEAVE;
-    bool one_core = pm_schedule_kind_is_one_core(s->kind);
+    /* core ids are one machine's own: a schedule for another one would pin
+     * slices to CPUs that mean something else here */
+    if (topo->machine && topo->machine[0] && s->machine[0] &&
+        strcmp(topo->machine, s->machine) != 0) {
+        pm_errf(err, err_len, "schedule is for machine \"%s\" but this host is \"%s\"",
+                s->machine, topo->machine);
+        return -EINVAL;
+    }
     for (unsigned i = 0; i < s->n_slices; i++) {
-        int node = s->node[i], core = s->core[i];
-        if (os_kind && node != -1) {
-            pm_errf(err, err_len, "slice %u: node must be -1 for kind %s, got %d", i, kname, node);
-            return -EINVAL;
-        }
-        if (!os_kind && (node < 0 || node >= topo->n_nodes)) {
-            pm_errf(err, err_len, "slice %u: node %d does not exist (the machine has %d nodes)", i,
-                    node, topo->n_nodes);
-            return -EINVAL;
-        }
-        if (!one_core && core != -1) {
-            pm_errf(err, err_len, "slice %u: core must be -1 for kind %s, got %d", i, kname, core);
-            return -EINVAL;
-        }
-        if (s->kind == PM_KIND_SN_NUMA) {
-            bool any = false;
-            for (int cpu = 0; cpu < topo->n_cpus && !any; cpu++)
-                any = topo->cpu_role[cpu] == PM_CPU_WORKER && topo->cpu_node[cpu] == node;
-            if (!any) {
-                pm_errf(err, err_len, "slice %u: node %d has no worker core", i, node);
-                return -EINVAL;
-            }
-        }
-        if (!one_core)
-            continue;
-        if (core < 0 || core >= topo->n_cpus || topo->cpu_role[core] == PM_CPU_ABSENT) {
-            pm_errf(err, err_len, "slice %u: core %d does not exist or is not usable", i, core);
-            return -EINVAL;
-        }
-        if (topo->cpu_role[core] != PM_CPU_WORKER) {
-            pm_errf(err, err_len, "slice %u: core %d is reserved for %s", i, core,
-                    role_name(topo->cpu_role[core]));
-            return -EINVAL;
-        }
-        if (topo->cpu_node[core] != node) {
-            pm_errf(err, err_len, "slice %u: core %d is on node %d but the schedule says node %d",
-                    i, core, topo->cpu_node[core], node);
-            return -EINVAL;
-        }
+        int rc = validate_slice(s, i, topo, err, err_len);
+        if (rc)
+            return rc;
     }
     return 0;
 }

@@ -2,7 +2,10 @@
  * stats and the probe hook. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -168,8 +171,8 @@ static void test_live_switch(void)
                                 PM_KIND_SN_SPREAD,  PM_KIND_OS_INTERLEAVE, PM_KIND_LEARNED,
                                 PM_KIND_OS_DEFAULT, PM_KIND_SN_RANDOM, PM_KIND_SN_MIXED};
     for (unsigned k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-        pm_schedule *s = pm_schedule_kind_is_one_core(kinds[k]) ? one_core_schedule(rt, kinds[k], k)
-                                                                : shared_schedule(kinds[k]);
+        bool anchored = pm_schedule_kind_widths(kinds[k]) & (1u << PM_WIDTH_THREAD);
+        pm_schedule *s = anchored ? one_core_schedule(rt, kinds[k], k) : shared_schedule(kinds[k]);
         pm_migration_report rep;
         CHECK_EQ(pm_runtime_set_schedule(rt, s, &rep, err, sizeof err), 0);
         CHECK_EQ(rep.pages_failed, 0);
@@ -570,6 +573,244 @@ static void test_probe_exact(void)
     }
 }
 
+/* ---- execution groups ---- */
+
+/* A probe that tells which worker ran what: value k is the worker's
+ * completed-query count on worker k and 0 on the others, so a slice's delta
+ * of value k counts its queries worker k ran. */
+#define GROUP_MAX_WORKERS 64
+static char group_name_buf[GROUP_MAX_WORKERS][8];
+static const char *group_names[GROUP_MAX_WORKERS];
+static int group_cpus[GROUP_MAX_WORKERS];
+static unsigned group_n_workers;
+
+static int group_open(void *ctx, int cpu, void **state)
+{
+    (void)ctx;
+    int *k = malloc(sizeof *k);
+    if (!k)
+        return -ENOMEM;
+    *k = -1;
+    for (unsigned i = 0; i < group_n_workers; i++)
+        if (group_cpus[i] == cpu)
+            *k = (int)i;
+    *state = k;
+    return *k >= 0 ? 0 : -EINVAL;
+}
+
+static void group_read(void *state, uint64_t *values)
+{
+    int k = *(int *)state;
+    for (int i = 0; i < GROUP_MAX_WORKERS; i++)
+        values[i] = i == k ? pm_worker_self_completed() : 0;
+}
+
+static pm_runtime *make_groups(const char *sysfs_root, const char *machine)
+{
+    static const pm_probe_ops ops = {group_open, group_read, free, GROUP_MAX_WORKERS, group_names};
+    for (int i = 0; i < GROUP_MAX_WORKERS; i++) {
+        snprintf(group_name_buf[i], sizeof group_name_buf[i], "w%d", i);
+        group_names[i] = group_name_buf[i];
+    }
+    pm_runtime_config cfg;
+    pm_runtime_config_init(&cfg);
+    cfg.n_keys = N_KEYS;
+    cfg.seed = 7;
+    cfg.n_slices = N_SLICES;
+    cfg.max_workers = GROUP_MAX_WORKERS;
+    cfg.queue_capacity = 64;
+    cfg.probe = &ops;
+    cfg.batch_max_wait_us = 0;
+    cfg.sysfs_root = sysfs_root;
+    cfg.machine = machine;
+    pm_runtime *rt;
+    CHECK_CREATE(&cfg, &rt);
+    group_n_workers = pm_runtime_worker_cpus(rt, group_cpus, GROUP_MAX_WORKERS);
+    return rt;
+}
+
+/* Slice i: anchor worker i (mod workers), width i mod 4; every eighth
+ * width-node slice without an anchor; shift moves the anchors. */
+static pm_schedule *mixed_schedule(pm_runtime *rt, unsigned shift, const char *machine)
+{
+    int node[N_SLICES], core[N_SLICES];
+    uint8_t width[N_SLICES];
+    for (unsigned i = 0; i < N_SLICES; i++) {
+        core[i] = group_cpus[(i + shift) % group_n_workers];
+        node[i] = pm_runtime_cpu_node(rt, core[i]);
+        width[i] = (uint8_t)(i % 4);
+        if (i % 8 == 7)
+            core[i] = -1;
+    }
+    pm_schedule *s;
+    CHECK_EQ(pm_schedule_create_groups(PM_KIND_LEARNED, N_SLICES, node, core, width, machine, &s), 0);
+    return s;
+}
+
+/* Is worker k in slice i's group? */
+static bool in_group(pm_runtime *rt, const pm_schedule *s, unsigned i, unsigned k)
+{
+    int cpu = group_cpus[k], anchor = pm_schedule_cores(s)[i];
+    pm_width w = (pm_width)pm_schedule_widths(s)[i];
+    if (pm_runtime_cpu_node(rt, cpu) != pm_schedule_nodes(s)[i])
+        return false;
+    return w == PM_WIDTH_NODE || pm_runtime_cpu_domain(rt, cpu, w) == pm_runtime_cpu_domain(rt, anchor, w);
+}
+
+/* A mixed-width schedule under a read/update load: every query of a slice
+ * ran inside its group, and a group of two or more members had its queries
+ * run by more than one of them. Then a live switch to another mixed-width
+ * schedule under inserts and scans: nothing lost. Returns how many slices
+ * had a group of >= 2 members. */
+static unsigned check_groups(pm_runtime *rt)
+{
+    enum { NS = 3 + GROUP_MAX_WORKERS };
+    static uint64_t before[N_SLICES * NS], after[N_SLICES * NS];
+    char err[256] = "";
+    pm_schedule *a = mixed_schedule(rt, 0, "test"), *b = mixed_schedule(rt, 1, "test");
+    CHECK_EQ(pm_runtime_set_schedule(rt, a, NULL, err, sizeof err), 0);
+    CHECK_EQ(pm_runtime_snapshot(rt, before, N_SLICES * NS), 0);
+    pm_workload_spec rw = {.mix = "ycsb-a", .distribution = "uniform", .seed = 5};
+    pm_run_result res;
+    uint64_t per_slice[N_SLICES];
+    CHECK_EQ(pm_runtime_run(rt, &rw, 0.3, &res, per_slice, err, sizeof err), 0);
+    CHECK_EQ(res.completed, res.dispatched);
+    CHECK_EQ(pm_runtime_snapshot(rt, after, N_SLICES * NS), 0);
+    unsigned wide = 0;
+    for (unsigned i = 0; i < N_SLICES; i++) {
+        unsigned members = 0, ran = 0;
+        uint64_t total = 0;
+        for (unsigned k = 0; k < group_n_workers; k++) {
+            uint64_t n = after[i * NS + 3 + k] - before[i * NS + 3 + k];
+            members += in_group(rt, a, i, k);
+            ran += n > 0;
+            total += n;
+            if (n > 0 && !in_group(rt, a, i, k)) {
+                fprintf(stderr, "slice %u (width %s): worker on CPU %d ran %llu queries outside its group\n",
+                        i, pm_width_name((pm_width)pm_schedule_widths(a)[i]), group_cpus[k],
+                        (unsigned long long)n);
+                exit(1);
+            }
+        }
+        CHECK_EQ(total, per_slice[i]); /* exact attribution, whichever member ran it */
+        CHECK(per_slice[i] > 0);
+        if (members >= 2) {
+            wide++;
+            if (ran < 2) {
+                fprintf(stderr, "slice %u (width %s, %u members): only %u worker ran its %llu queries\n",
+                        i, pm_width_name((pm_width)pm_schedule_widths(a)[i]), members, ran,
+                        (unsigned long long)per_slice[i]);
+                exit(1);
+            }
+        }
+    }
+    /* live switch to another mixed-width schedule while inserts and scans run */
+    pm_workload_spec rsi = {.mix = "rsi-20-30-50", .seed = 6};
+    CHECK_EQ(pm_runtime_start(rt, &rsi, err, sizeof err), 0);
+    sleep_ms(100);
+    CHECK_EQ(pm_runtime_set_schedule(rt, b, NULL, err, sizeof err), 0);
+    sleep_ms(100);
+    CHECK_EQ(pm_runtime_set_schedule(rt, a, NULL, err, sizeof err), 0);
+    sleep_ms(50);
+    CHECK_EQ(pm_runtime_stop(rt, &res, per_slice), 0);
+    CHECK_EQ(res.completed, res.dispatched);
+    CHECK_EQ(sum(per_slice, N_SLICES), res.completed);
+    check_all_loaded(rt, "dense");
+    CHECK(pm_runtime_n_keys(rt) > N_KEYS);
+    pm_schedule_destroy(a);
+    pm_schedule_destroy(b);
+    return wide;
+}
+
+static void write_file(const char *dir, const char *rel, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    for (char *p = path + strlen(dir) + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    }
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Execution groups on this host's topology, then on a fake sysfs tree where
+ * CPUs pair up as SMT threads of one core and all share one L3 (so width
+ * core has two members even on a host without SMT), and on an empty tree
+ * (the fallback: every CPU its own core, one L3 per package). */
+static void test_groups(void)
+{
+    pm_runtime *rt = make_groups(NULL, NULL);
+    unsigned wide = check_groups(rt);
+    printf("test_groups: host topology, %u of %d slices with groups of >= 2 members\n", wide, N_SLICES);
+    pm_runtime_destroy(rt);
+
+    char fake[] = "/tmp/pmoss-sysfs-XXXXXX";
+    CHECK(mkdtemp(fake) != NULL);
+    long n_cpus = sysconf(_SC_NPROCESSORS_CONF);
+    for (long c = 0; c < n_cpus; c++) {
+        char rel[128], text[32];
+        snprintf(rel, sizeof rel, "devices/system/cpu/cpu%ld/topology/core_id", c);
+        snprintf(text, sizeof text, "%ld\n", c / 2);
+        write_file(fake, rel, text);
+        snprintf(rel, sizeof rel, "devices/system/cpu/cpu%ld/topology/physical_package_id", c);
+        write_file(fake, rel, "0\n");
+        snprintf(rel, sizeof rel, "devices/system/cpu/cpu%ld/cache/index0/level", c);
+        write_file(fake, rel, "1\n");
+        snprintf(rel, sizeof rel, "devices/system/cpu/cpu%ld/cache/index0/type", c);
+        write_file(fake, rel, "Data\n");
+        snprintf(rel, sizeof rel, "devices/system/cpu/cpu%ld/cache/index1/level", c);
+        write_file(fake, rel, "3\n");
+        snprintf(rel, sizeof rel, "devices/system/cpu/cpu%ld/cache/index1/type", c);
+        write_file(fake, rel, "Unified\n");
+        snprintf(rel, sizeof rel, "devices/system/cpu/cpu%ld/cache/index1/shared_cpu_list", c);
+        snprintf(text, sizeof text, "0-%ld\n", n_cpus - 1);
+        write_file(fake, rel, text);
+    }
+    rt = make_groups(fake, "test");
+    for (unsigned k = 0; k < group_n_workers; k++) {
+        int cpu = group_cpus[k];
+        CHECK_EQ(pm_runtime_cpu_domain(rt, cpu, PM_WIDTH_THREAD), cpu);
+        CHECK_EQ(pm_runtime_cpu_domain(rt, cpu, PM_WIDTH_CORE), cpu & ~1);
+        CHECK_EQ(pm_runtime_cpu_domain(rt, cpu, PM_WIDTH_L3), 0);
+        CHECK_EQ(pm_runtime_cpu_domain(rt, cpu, PM_WIDTH_NODE), pm_runtime_cpu_node(rt, cpu));
+    }
+    CHECK_EQ(pm_runtime_cpu_domain(rt, group_cpus[0], PM_WIDTH_NONE), -1);
+    CHECK_EQ(pm_runtime_cpu_domain(rt, -1, PM_WIDTH_CORE), -1);
+    wide = check_groups(rt);
+    /* two workers that are SMT twins on one node: the width-core slices on
+     * them had two members (and ran on both, checked above) */
+    if (group_n_workers >= 2 && group_cpus[1] == (group_cpus[0] | 1) &&
+        pm_runtime_cpu_node(rt, group_cpus[0]) == pm_runtime_cpu_node(rt, group_cpus[1]))
+        CHECK(wide >= 3 * N_SLICES / 4 - N_SLICES / 8);
+    printf("test_groups: fake SMT topology, %u of %d slices with groups of >= 2 members\n", wide, N_SLICES);
+    /* machine: another machine's schedule is refused, the running one kept */
+    char err[256] = "";
+    pm_schedule *other = mixed_schedule(rt, 1, "another-host");
+    CHECK_EQ(pm_runtime_set_schedule(rt, other, NULL, err, sizeof err), -EINVAL);
+    CHECK(strcmp(err, "schedule is for machine \"another-host\" but this host is \"test\"") == 0);
+    pm_schedule_destroy(other);
+    pm_runtime_destroy(rt);
+
+    /* an empty tree: the fallback */
+    char empty[] = "/tmp/pmoss-sysfs-XXXXXX";
+    CHECK(mkdtemp(empty) != NULL);
+    rt = make_groups(empty, NULL);
+    for (unsigned k = 0; k < group_n_workers; k++) {
+        CHECK_EQ(pm_runtime_cpu_domain(rt, group_cpus[k], PM_WIDTH_CORE), group_cpus[k]);
+        CHECK_EQ(pm_runtime_cpu_domain(rt, group_cpus[k], PM_WIDTH_L3), group_cpus[0]);
+    }
+    pm_runtime_destroy(rt);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", fake, empty);
+    CHECK_EQ(system(cmd), 0);
+}
+
 int main(void)
 {
     test_slices();
@@ -579,6 +820,7 @@ int main(void)
     test_pending_policy();
     test_pending_random();
     test_probe_exact();
+    test_groups();
     printf("test_runtime: ok\n");
     return 0;
 }

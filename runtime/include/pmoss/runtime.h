@@ -106,19 +106,38 @@ int pm_tree_page_nodes(pm_tree *tree, uint64_t *counts, int n_counts);
 
 /* -------------------------------------------------------------- schedule */
 
-/* Schedule kinds, named as in datasets and plots (DESIGN §4.2). */
+/* Schedule kinds, named as in datasets and plots (DESIGN §4.2). Which
+ * widths each kind allows: pm_schedule_kind_widths. */
 typedef enum pm_schedule_kind {
     PM_KIND_OS_DEFAULT = 0, /* "os-default": first touch, any worker */
     PM_KIND_OS_INTERLEAVE,  /* "os-interleave": interleaved pages, any worker */
     PM_KIND_SE_NUMA,        /* "se-numa": slice on node[i], any worker */
-    PM_KIND_SN_NUMA,        /* "sn-numa": any worker on node[i] */
-    PM_KIND_SN_GROUPED,     /* "sn-grouped" ... "learned": exactly core[i] */
+    PM_KIND_SN_NUMA,        /* "sn-numa": width node: any worker on node[i] */
+    PM_KIND_SN_GROUPED,     /* "sn-grouped" ... "sn-random": width thread: core[i] */
     PM_KIND_SN_SPREAD,
     PM_KIND_SN_MIXED,
     PM_KIND_SN_RANDOM,
-    PM_KIND_LEARNED,
+    PM_KIND_LEARNED,        /* "learned": any width */
+    PM_KIND_SN_HOT,         /* "sn-hot": hot slices widened by load; any width */
     PM_KIND_COUNT
 } pm_schedule_kind;
+
+/* Execution group width of a slice (docs/contracts.md, schema version 2).
+ * The group of slice i is cut to node[i]:
+ *   THREAD  the anchor worker core[i] alone (the paper's SN:T action)
+ *   CORE    the workers sharing the anchor's physical core (SMT threads)
+ *   L3      the workers sharing the anchor's L3 domain
+ *   NODE    every worker on node[i] (core[i] may be -1)
+ *   NONE    shared kinds (os-*, se-numa): no group, any worker runs it.
+ * Groups of different slices may overlap. */
+typedef enum pm_width {
+    PM_WIDTH_THREAD = 0,
+    PM_WIDTH_CORE,
+    PM_WIDTH_L3,
+    PM_WIDTH_NODE,
+    PM_WIDTH_NONE,
+    PM_WIDTH_COUNT
+} pm_width;
 
 typedef struct pm_schedule pm_schedule;
 
@@ -127,22 +146,48 @@ typedef struct pm_schedule pm_schedule;
 const char *pm_schedule_kind_name(pm_schedule_kind kind);
 int pm_schedule_kind_parse(const char *name, pm_schedule_kind *kind);
 
-/* 1 if every slice of this kind runs on exactly one core, else 0. Pure. */
+/* Name <-> width ("thread" "core" "l3" "node"; PM_WIDTH_NONE is named
+ * "none" but not parsed: a schedule writes no width for shared kinds).
+ * pm_width_name returns NULL for an unknown width; pm_width_parse returns 0
+ * or -EINVAL. Pure. */
+const char *pm_width_name(pm_width width);
+int pm_width_parse(const char *name, pm_width *width);
+
+/* Bitmask of the widths (1u << pm_width) a kind allows: thread for the
+ * one-core kinds, node for sn-numa, thread..node for learned and sn-hot,
+ * none for the shared kinds; 0 for an unknown kind. Pure. */
+unsigned pm_schedule_kind_widths(pm_schedule_kind kind);
+
+/* 1 if the kind allows width thread only (every slice runs on exactly one
+ * core: sn-grouped, sn-spread, sn-mixed, sn-random), else 0. Pure. */
 int pm_schedule_kind_is_one_core(pm_schedule_kind kind);
 
-/* Build a schedule from arrays of n_slices node ids and core ids (copied).
- * Only the shape is checked here (n_slices > 0, valid kind); machine
- * consistency is checked by pm_runtime_set_schedule. machine may be NULL.
- * Caller owns *out (pm_schedule_destroy). Returns 0, -EINVAL, -ENOMEM. */
+/* Build a schedule from arrays of n_slices node ids, anchor core ids and
+ * widths (pm_width values; all copied). width NULL gives every slice its
+ * kind's default: thread, node for sn-numa, none for shared kinds. Only the
+ * shape is checked here (n_slices > 0, valid kind and width values); the
+ * rules of the contract and machine consistency are checked by
+ * pm_runtime_check_schedule / pm_runtime_set_schedule. machine may be NULL
+ * (names no machine). Caller owns *out (pm_schedule_destroy).
+ * Returns 0, -EINVAL, -ENOMEM. Thread-safe. */
+int pm_schedule_create_groups(pm_schedule_kind kind, unsigned n_slices, const int *node,
+                              const int *core, const uint8_t *width, const char *machine,
+                              pm_schedule **out);
+
+/* pm_schedule_create_groups with width NULL (the kind's default widths). */
 int pm_schedule_create(pm_schedule_kind kind, unsigned n_slices, const int *node,
                        const int *core, const char *machine, pm_schedule **out);
 
-/* Parse the JSON schedule contract (DESIGN §4.2):
- * {"schema_version":1,"machine":S,"n_slices":N,"kind":S,"node":[N ints],
- *  "core":[N ints],"provenance":{...}}. Strict: unknown or duplicate fields,
- * wrong types, wrong lengths and trailing bytes are errors whose message
- * names the field (and the slice for array entries). Caller owns *out.
- * Returns 0, -EINVAL (message in err) or -ENOMEM. Thread-safe. */
+/* Parse the JSON schedule contract (docs/contracts.md):
+ * {"schema_version":2,"machine":S,"n_slices":N,"kind":S,"node":[N ints],
+ *  "core":[N ints],"width":S or [N strings],"provenance":{...}}; schema
+ * version 1 has no width. JSON syntax is jansson's (RFC 8259: UTF-8,
+ * escapes, no trailing bytes, nesting up to 2048 levels). Strict: unknown
+ * fields, duplicated keys anywhere (the message names the key), wrong
+ * types, wrong lengths, unknown widths and widths the kind does not allow
+ * are errors whose message names the field (and the first bad slice for
+ * array entries). Caller owns *out. Returns 0, -EINVAL (message in err) or
+ * -ENOMEM. Thread-safe. */
 int pm_schedule_parse_json(const char *text, size_t len, pm_schedule **out,
                            char *err, size_t err_len);
 
@@ -150,11 +195,14 @@ int pm_schedule_parse_json(const char *text, size_t len, pm_schedule **out,
  * read on I/O failure). */
 int pm_schedule_load_file(const char *path, pm_schedule **out, char *err, size_t err_len);
 
-/* Accessors; pointers stay valid until pm_schedule_destroy. Cannot fail. */
+/* Accessors; pointers stay valid until pm_schedule_destroy. Cannot fail.
+ * pm_schedule_widths: n_slices pm_width values. pm_schedule_machine: ""
+ * when the schedule names no machine. */
 pm_schedule_kind pm_schedule_kind_of(const pm_schedule *s);
 unsigned pm_schedule_n_slices(const pm_schedule *s);
 const int *pm_schedule_nodes(const pm_schedule *s);
 const int *pm_schedule_cores(const pm_schedule *s);
+const uint8_t *pm_schedule_widths(const pm_schedule *s);
 const char *pm_schedule_machine(const pm_schedule *s);
 
 /* Free a schedule. NULL is accepted. */
@@ -322,6 +370,15 @@ typedef struct pm_runtime_config {
     void *probe_ctx;
     const pm_uncore_ops *uncore; /* NULL: no off-core readings */
     void *uncore_ctx;            /* handed to uncore->open; must outlive the runtime */
+    const char *machine;       /* this host's machine name (copied; NULL or "":
+                                  unknown). A schedule that names another
+                                  machine is refused (its core ids are that
+                                  machine's); with the name unknown, the
+                                  first schedule that names a machine gets
+                                  one warning on stderr. */
+    const char *sysfs_root;    /* where CPU core and L3 domains are read
+                                  (copied at create; NULL: "/sys"). Tests
+                                  point it at a fake tree. */
 } pm_runtime_config;
 
 /* Fill cfg with the defaults above (n_keys 1e6, dataset "dense", seed 1). */
@@ -347,15 +404,25 @@ int pm_runtime_n_nodes(const pm_runtime *rt);
 unsigned pm_runtime_worker_cpus(const pm_runtime *rt, int *cpus, unsigned cap);
 /* NUMA node of a CPU, or -1 if the CPU is not usable. */
 int pm_runtime_cpu_node(const pm_runtime *rt, int cpu);
+/* Domain of a usable CPU at a width, each named by an id shared by its
+ * members: the CPU itself (PM_WIDTH_THREAD), its physical core and its L3
+ * domain (the smallest CPU id in it), or its node (PM_WIDTH_NODE). The
+ * group of (anchor, width) is the workers on the anchor's node with the
+ * anchor's domain. -1 if the CPU is not usable or width is NONE. */
+int pm_runtime_cpu_domain(const pm_runtime *rt, int cpu, pm_width width);
 /* Slice boundaries: lower[i] is the smallest key routed to slice i
  * (lower[0] = 0). Writes n_slices values. */
 void pm_runtime_slice_bounds(const pm_runtime *rt, uint64_t *lower);
 /* Slice that owns key (binary search over boundaries). */
 unsigned pm_runtime_slice_of(const pm_runtime *rt, uint64_t key);
 
-/* Check a schedule against this runtime and machine without applying it.
- * Returns 0 or -EINVAL with a message naming the first bad slice, e.g.
- * "slice 17: core 9 is on node 1 but the schedule says node 0". Thread-safe. */
+/* Check a schedule against this runtime and machine without applying it:
+ * slice count, the machine name (see pm_runtime_config.machine), then per
+ * slice: node exists (-1 for os-* kinds), the width is one the kind allows,
+ * the anchor core[i] is a usable, unreserved worker on node[i] (-1: shared
+ * kinds, and width node, whose node must have a worker). Returns 0 or
+ * -EINVAL with a message naming the first bad slice, e.g. "slice 17: core
+ * 9 is on node 1 but the schedule says node 0". Thread-safe. */
 int pm_runtime_check_schedule(const pm_runtime *rt, const pm_schedule *s, char *err,
                               size_t err_len);
 

@@ -1,8 +1,10 @@
-/* Runs inside a 2-node qemu guest (see run_guest.sh): enforce a one-core
- * schedule, check with move_pages that every page of every slice lies on its
- * node, then switch every slice to the other node while queries run and
- * check again — while they still run — and that no key or query was lost.
- * Prints "PMOSS-GUEST: PASS" or "PMOSS-GUEST: FAIL <why>". */
+/* Runs inside a 2-node qemu guest (see run_guest.sh; 2 CPUs per node):
+ * enforce a mixed-width schedule (execution groups of width
+ * thread, core, l3 and node), check with move_pages that every page of
+ * every slice lies on its node, then switch every slice to the other node
+ * while queries run and check again — while they still run — and that no
+ * key or query was lost. Prints "PMOSS-GUEST: PASS" or "PMOSS-GUEST: FAIL
+ * <why>". */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,16 +22,32 @@ static int fail(const char *why)
     return 1;
 }
 
-/* Schedule: first half of the slices on `first`'s node/core, second half on the other. */
-static pm_schedule *halves(pm_runtime *rt, int first_cpu, int second_cpu)
+static int cpus[8];
+static unsigned n_cpus;
+
+/* Schedule: first half of the slices on node `first`, second half on the
+ * other; slice i anchored on one of its node's workers with width i mod 4
+ * (thread, core, l3, node; every eighth anchorless, width node). */
+static pm_schedule *halves(pm_runtime *rt, int first)
 {
     int node[N_SLICES], core[N_SLICES];
+    uint8_t width[N_SLICES];
     for (int i = 0; i < N_SLICES; i++) {
-        core[i] = i < N_SLICES / 2 ? first_cpu : second_cpu;
-        node[i] = pm_runtime_cpu_node(rt, core[i]);
+        node[i] = i < N_SLICES / 2 ? first : 1 - first;
+        core[i] = -1;
+        for (unsigned k = 0, seen = 0; k < n_cpus; k++)
+            if (pm_runtime_cpu_node(rt, cpus[k]) == node[i] && seen++ == (unsigned)(i / 4) % 2)
+                core[i] = cpus[k];
+        if (core[i] < 0) /* one worker on the node: the first one */
+            for (unsigned k = n_cpus; k-- > 0;)
+                if (pm_runtime_cpu_node(rt, cpus[k]) == node[i])
+                    core[i] = cpus[k];
+        width[i] = (uint8_t)(i % 4);
+        if (i % 8 == 7)
+            core[i] = -1;
     }
     pm_schedule *s = NULL;
-    pm_schedule_create(PM_KIND_SN_GROUPED, N_SLICES, node, core, "qemu-2node", &s);
+    pm_schedule_create_groups(PM_KIND_LEARNED, N_SLICES, node, core, width, "qemu-2node", &s);
     return s;
 }
 
@@ -64,14 +82,24 @@ int main(void)
     cfg.n_keys = N_KEYS;
     cfg.n_slices = N_SLICES;
     cfg.dataset = "uniform";
+    cfg.machine = "qemu-2node";
     pm_runtime *rt;
     char err[256];
     if (pm_runtime_create(&cfg, &rt, err, sizeof err) != 0)
         return fail(err);
-    int cpus[8];
-    if (pm_runtime_worker_cpus(rt, cpus, 8) != 2 || pm_runtime_cpu_node(rt, cpus[0]) == pm_runtime_cpu_node(rt, cpus[1]))
-        return fail("expected one worker CPU on each of 2 nodes");
-    pm_schedule *a = halves(rt, cpus[0], cpus[1]), *b = halves(rt, cpus[1], cpus[0]);
+    n_cpus = pm_runtime_worker_cpus(rt, cpus, 8);
+    unsigned on1 = 0;
+    printf("topology:");
+    for (unsigned k = 0; k < n_cpus && k < 8; k++) {
+        on1 += pm_runtime_cpu_node(rt, cpus[k]) == 1;
+        printf(" cpu %d (node %d, core %d, l3 %d)", cpus[k], pm_runtime_cpu_node(rt, cpus[k]),
+               pm_runtime_cpu_domain(rt, cpus[k], PM_WIDTH_CORE),
+               pm_runtime_cpu_domain(rt, cpus[k], PM_WIDTH_L3));
+    }
+    printf("\n");
+    if (n_cpus > 8 || on1 == 0 || on1 == n_cpus)
+        return fail("expected worker CPUs on each of 2 nodes");
+    pm_schedule *a = halves(rt, 0), *b = halves(rt, 1);
     pm_migration_report rep;
     if (pm_runtime_set_schedule(rt, a, &rep, err, sizeof err) != 0)
         return fail(err);

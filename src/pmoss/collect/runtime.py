@@ -27,7 +27,7 @@ typedef struct pm_migration_report {
 typedef enum pm_schedule_kind {
     PM_KIND_OS_DEFAULT = 0, PM_KIND_OS_INTERLEAVE, PM_KIND_SE_NUMA, PM_KIND_SN_NUMA,
     PM_KIND_SN_GROUPED, PM_KIND_SN_SPREAD, PM_KIND_SN_MIXED, PM_KIND_SN_RANDOM,
-    PM_KIND_LEARNED, PM_KIND_COUNT
+    PM_KIND_LEARNED, PM_KIND_SN_HOT, PM_KIND_COUNT
 } pm_schedule_kind;
 typedef struct pm_schedule pm_schedule;
 int pm_schedule_kind_parse(const char *name, pm_schedule_kind *kind);
@@ -56,7 +56,7 @@ typedef struct pm_runtime_config {
     pm_boundaries boundaries; unsigned leaf_capacity; unsigned batch_queries;
     unsigned batch_max_wait_us; unsigned queue_capacity; unsigned routers_per_node; unsigned max_workers;
     int share_cpus; const pm_probe_ops *probe; void *probe_ctx;
-    const pm_uncore_ops *uncore; void *uncore_ctx;
+    const pm_uncore_ops *uncore; void *uncore_ctx; const char *machine; const char *sysfs_root;
 } pm_runtime_config;
 typedef struct pm_runtime pm_runtime;
 void pm_runtime_config_init(pm_runtime_config *cfg);
