@@ -18,9 +18,9 @@ import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from pmoss.contracts.groups import groups_of
 from pmoss.contracts.io import atomic_write_text, load_model
 from pmoss.contracts.policies import BASELINE_KINDS, generate
-from pmoss.contracts.groups import groups_of
 from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule
 from pmoss.contracts.workload import get_workload
 

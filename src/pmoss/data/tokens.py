@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pmoss.contracts.errors import ContractError
-from pmoss.contracts.machine import Machine
 from pmoss.contracts.groups import WIDTH_CODE, groups_of
+from pmoss.contracts.machine import Machine
 from pmoss.contracts.snapshot import OFFCORE_LINK, OFFCORE_NODE, SLICE_FEATURES
 
 TOKENS_SCHEMA_VERSION = 2  # 2: actions are candidate-group indices (were worker indices)

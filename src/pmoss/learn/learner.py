@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from pmoss.data.state import teacher_forced
-from pmoss.learn.model import DecisionTransformer, DTConfig, cosine_lr
+from pmoss.learn.model import DecisionTransformer, cosine_lr
 
 if TYPE_CHECKING:
     from pmoss.learn.config import TrainConfig
