@@ -78,7 +78,6 @@ class CausalSelfAttention(nn.Module):
         self.n_head = cfg.n_head
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
-        self.dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -91,7 +90,9 @@ class CausalSelfAttention(nn.Module):
         else:
             if cache is not None:
                 cache.append(k, v)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, dropout_p=self.dropout if self.training else 0.0)
+            # No dropout on attention weights (departure from minGPT): on CPU it forces the math kernel,
+            # which materialises [B, H, T, T] and made a paper-size step 10x slower (docs/model.md).
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # [B, T, C]
         return self.resid_drop(self.proj(y))
 
