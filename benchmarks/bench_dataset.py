@@ -5,7 +5,7 @@
     per-episode path this replaced (one `simulate` call, one `episodes_to_table` and one
     `encode_snapshot` per episode), timed on a subset and expressed in episodes/s.
 (b) Samples (episodes) per second the loader delivers — `pmoss.learn.train.EpisodeArrays` through a torch
-    DataLoader plus `pmoss.data.state.build_tiles` — against the samples per second one optimisation step
+    DataLoader plus the state features (`pmoss.learn.learner.batch_inputs`) — against the samples per second one optimisation step
     of the tiny model (training/dt-tiny.yaml) consumes, on the same data. Target: >= 10x.
 
 Usage: python benchmarks/bench_dataset.py [--episodes-per-cell N] [--keep DIR]
@@ -54,9 +54,8 @@ def bench_build(work: Path, episodes_per_cell: int) -> Path:
 def reference_eps(pool, n: int = 100) -> float:
     """Episodes/s of the per-episode path (what collect + build did before vectorising)."""
     from pmoss.collect.driver import pending
-    from pmoss.contracts.schedule import ONE_CORE_KINDS
     from pmoss.contracts.snapshot import episodes_to_table
-    from pmoss.data.tokens import encode_snapshot
+    from pmoss.data.tokens import NO_GROUP_KINDS, encode_snapshot
     from pmoss.sim import load_sim_machine, simulate
 
     with tempfile.TemporaryDirectory() as empty:
@@ -67,14 +66,14 @@ def reference_eps(pool, n: int = 100) -> float:
         m = load_sim_machine(spec.machine)
         row = simulate(m, spec.workload, spec.dataset, schedule, seed=spec.seed, run_index=spec.run_index, n_records=spec.n_records)
         table_row = episodes_to_table([row]).to_pylist()[0]
-        if spec.kind in ONE_CORE_KINDS:
+        if spec.kind not in NO_GROUP_KINDS:
             encode_snapshot(table_row, m)
     return len(todo) / (time.perf_counter() - t0)
 
 
 def bench_loader(data: Path, steps: int = 3, batches: int = 12) -> None:
     from pmoss.contracts.io import load_model
-    from pmoss.data.state import build_tiles
+    from pmoss.learn.learner import batch_inputs, sample_steps
     from pmoss.learn.model import DecisionTransformer
     from pmoss.learn.train import EpisodeArrays, TrainConfig, model_config_for
 
@@ -84,7 +83,7 @@ def bench_loader(data: Path, steps: int = 3, batches: int = 12) -> None:
     load_s = time.perf_counter() - t0
     mc = model_config_for(ds.stats, cfg)
     loader = torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, shuffle=True, drop_last=True, num_workers=cfg.num_workers)
-    tiles_of = lambda b: build_tiles(b["cells"], b["feats"], b["eligible"], mc.tile_rows, mc.tile_cols)  # noqa: E731
+    tiles_of = lambda b: batch_inputs(b, sample_steps(b, cfg.loss_steps))  # noqa: E731
     it = iter(loader)
     t0 = time.perf_counter()
     got = [next(it) for _ in range(batches)]
@@ -94,22 +93,25 @@ def bench_loader(data: Path, steps: int = 3, batches: int = 12) -> None:
     t2 = time.perf_counter()
     n = batches * cfg.batch_size
     loader_sps = n / (t2 - t0)
-    step_sps = cfg.batch_size / best_time(_train_step(DecisionTransformer(mc), cfg, got[0], tiles_of), repeat=steps)
-    write_record("dataset_loader_vs_step", f"loader samples/s (EpisodeArrays + DataLoader + build_tiles, batch {cfg.batch_size}, "
-                 f"{mc.n_slices} slices, tile {mc.tile_rows}x{mc.tile_cols})", loader_sps, "samples/s",
+    step_sps = cfg.batch_size / best_time(_train_step(DecisionTransformer(mc), cfg, got[0]), repeat=steps)
+    write_record("dataset_loader_vs_step", f"loader samples/s (EpisodeArrays + DataLoader + state features, batch {cfg.batch_size}, "
+                 f"{mc.n_slices} slices)", loader_sps, "samples/s",
                  "samples/s one training step of the tiny model (dt-tiny.yaml) consumes, same run", step_sps,
                  target_ratio=10.0, meets_target=loader_sps >= 10 * step_sps, batches_only_sps=n / (t1 - t0),
-                 build_tiles_only_sps=n / (t2 - t1), episode_arrays_load_s=load_s, train_episodes=len(ds), source="sim")  # fmt: skip
+                 state_features_only_sps=n / (t2 - t1), episode_arrays_load_s=load_s, train_episodes=len(ds), source="sim")  # fmt: skip
 
 
-def _train_step(model: torch.nn.Module, cfg, batch: dict, tiles_of):
-    """One optimisation step on prebuilt tiles: forward, cross-entropy on actions, backward, AdamW."""
+def _train_step(model: torch.nn.Module, cfg, batch: dict):
+    """One optimisation step on prebuilt state features: forward, cross-entropy on actions, backward, AdamW."""
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    tiles = tiles_of(batch)
+    steps = torch.arange(min(cfg.loss_steps or batch["actions"].shape[1], batch["actions"].shape[1])).expand(len(batch["actions"]), -1)
+    from pmoss.learn.learner import batch_inputs
+
+    summary, chosen, groups = batch_inputs(batch, steps)
 
     def step() -> None:
-        logits = model(batch["meta"], batch["rtg"], tiles, batch["cells"], batch["eligible"])  # [B, N, A]
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["cells"].flatten())
+        logits = model(batch["meta"], batch["rtg"], summary, chosen, groups, batch["m_group_valid"], steps)  # [B, K, G]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), torch.gather(batch["actions"], 1, steps).flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -1,4 +1,5 @@
-"""Inference speed: one 256-slice rollout on a 64-core descriptor (issue target: <= 1 s on 2 cores).
+"""Inference speed: one 256-slice rollout on a 64-core descriptor (issue target: <= 1 s on 2 cores),
+and on a 16-node x 64-worker one (the largest machine a model must schedule without retraining).
 
     .venv/bin/python benchmarks/bench_inference.py [--quick]   # --quick skips the slow uncached baseline
 
@@ -17,7 +18,7 @@ import torch
 from pmoss.bench import best_time, write_record
 from pmoss.contracts.machine import Caches, Cpu, Machine, default_reserved
 from pmoss.contracts.snapshot import SLICE_FEATURES
-from pmoss.data.state import build_tiles, eligibility
+from pmoss.data.state import as_tensors, machine_arrays, teacher_forced
 from pmoss.data.tokens import META_NAMES, Stats
 from pmoss.learn.bundle import Bundle
 from pmoss.learn.model import DecisionTransformer, DTConfig
@@ -36,26 +37,38 @@ def machine_64() -> Machine:
 
 def bundle_for(m: Machine) -> Bundle:
     f, k = len(SLICE_FEATURES), len(META_NAMES)
-    cfg = DTConfig(n_slices=N, n_features=f, n_meta=k, tile_rows=8, tile_cols=80, dropout=0.0)
+    cfg = DTConfig(n_slices=N, n_features=f, n_meta=k, dropout=0.0)
     stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * k, meta_std=[1.0] * k,
-                  best_return={f"{m.name}|ycsb-c": 1.0}, tile_rows=8, tile_cols=80, n_slices=N)  # fmt: skip
+                  best_return={f"{m.name}|ycsb-c": 1.0}, n_slices=N)  # fmt: skip
     return Bundle(cfg, stats, DecisionTransformer(cfg).state_dict())
+
+
+def machine_1024() -> Machine:
+    """16 nodes x 64 workers (66 CPUs per node, 2 reserved), 2 sockets, 8 CPUs per L3 domain."""
+    cpus = [Cpu(cpu=i, socket=i // 528, node=i // 66, l3_domain=i // 8, core=i) for i in range(16 * 66)]
+    return Machine(name="bench-1024", vendor="amd", sockets=2, numa_nodes=16, cpus=cpus, caches=Caches(l1d_kib=32, l2_kib=1024, l3_mib=32),
+                   mem_bandwidth_gbps=[40.0] * 16, local_latency_ns=100,
+                   distance=[[100.0 if a == b else 130.0 if a // 8 == b // 8 else 200.0 for b in range(16)] for a in range(16)],
+                   freq_ghz=2.4, reserved_cpus=default_reserved(cpus, 16))  # fmt: skip
 
 
 @torch.no_grad()
 def rollout_uncached(b: Bundle, m: Machine, row: dict, model: torch.nn.Module) -> None:
     """Greedy rollout re-running the whole context every step: what the cache saves."""
     meta, feats, share = snapshot_inputs(b, m, row)
-    elig = eligibility(m, 8, 80)[None]
-    cells = torch.zeros(1, N, dtype=torch.long)
-    rtg = torch.tensor(2.0 - 2.0 * np.concatenate([[0], np.cumsum(share)[:-1]]), dtype=torch.float32)[None]
+    mt = {k: v[None] for k, v in as_tensors(machine_arrays(m)).items()}
+    groups = torch.zeros(1, N, dtype=torch.long)
+    share = torch.as_tensor(share, dtype=torch.float32)[None]
+    rtg = torch.tensor(2.0 - 2.0 * np.concatenate([[0], np.cumsum(share[0])[:-1]]), dtype=torch.float32)[None]
     for t in range(N):
-        tiles = build_tiles(cells[:, : t + 1], feats[None, : t + 1], elig, 8, 80)
-        model.cfg.n_slices = N
-        x = torch.cat([model.embed_meta(meta[None]).unsqueeze(1), model.step_tokens(rtg[:, : t + 1], tiles, cells[:, : t + 1], 0)], 1)
-        for blk in model.blocks:
-            x = blk(x)
-        cells[0, t] = model.head(model.ln_f(x)[:, 3 * t + 2]).masked_fill(~elig, float("-inf")).argmax(-1)
+        summary, chosen, every = teacher_forced(groups[:, : t + 1], feats[None, : t + 1], share[:, : t + 1], mt, torch.tensor([[t]]))
+        groups[0, t] = model(meta[None], rtg[:, : t + 1], summary, chosen, every, mt["m_group_valid"], torch.tensor([[t]]))[0, 0].argmax()
+
+
+def _row(n: int, rng: np.random.Generator) -> dict:
+    return {"n_slices": n, "window_s": 1.0, "queries": rng.integers(1, 1000, n).tolist(),
+            **{f: rng.uniform(0, 1e6, n).tolist() for f in SLICE_FEATURES},
+            "imc_read_bytes": None, "imc_write_bytes": None, "link_in_bytes": None, "link_out_bytes": None}  # fmt: skip
 
 
 def main() -> None:
@@ -64,14 +77,16 @@ def main() -> None:
     m = machine_64()
     b = bundle_for(m)
     model = b.model()
-    rng = np.random.default_rng(0)
-    row = {"n_slices": N, "window_s": 1.0, "queries": rng.integers(1, 1000, N).tolist(),
-           **{f: rng.uniform(0, 1e6, N).tolist() for f in SLICE_FEATURES},
-           "imc_read_bytes": None, "imc_write_bytes": None, "link_in_bytes": None, "link_out_bytes": None}  # fmt: skip
+    row = _row(N, np.random.default_rng(0))
     cached = best_time(lambda: rollout(b, m, row, model=model), repeat=3)
     uncached = best_time(lambda: rollout_uncached(b, m, row, model), repeat=1) if "--quick" not in sys.argv else float("nan")
     write_record("inference_rollout_256", "rollout time (greedy, 256 slices, 64 workers, 6L/8H/128D)", cached, "s",
                  "same rollout without KV cache", uncached, target_s=1.0, meets_target=cached <= 1.0)  # fmt: skip
+    big = machine_1024()
+    n_big = 2048  # the slice count default_n_slices gives a 1024-worker machine (2 per worker)
+    big_t = best_time(lambda: rollout(b, big, _row(n_big, np.random.default_rng(1)), model=model), repeat=1)
+    write_record("inference_rollout_1024_workers", f"rollout time (greedy, {n_big} slices, 16 nodes x 64 workers, 6L/8H/128D)", big_t, "s",
+                 "256 slices on 64 workers (same run)", cached, groups=len(machine_arrays(big).group_node))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """Pre-training throughput: samples (episodes) per second of Decision Transformer updates, tiny and paper config.
 
 Data: synthetic random-policy episodes shaped like the paper's pool (256 slices, a 64-worker
-4-node machine, 8 x 80 core tile), tokenised to disk and read back through `EpisodeArrays`
-and a DataLoader as in `pmoss train`. One sample = one whole episode (N slices in context).
-Baseline, same run: how many samples/s the data loader alone delivers (batches including tile
-construction), i.e. the ceiling the learner could reach if the model cost nothing.
+4-node machine), tokenised to disk and read back through `EpisodeArrays` and a DataLoader as in
+`pmoss train`. One sample = one whole episode (N slices in context).
+Baseline, same run: how many samples/s the data loader alone delivers (batches including the
+state features), i.e. the ceiling the learner could reach if the model cost nothing.
+Also recorded: where a step's time goes (state features, forward, backward + optimiser) and an
+estimate of the step's FLOPs (matmuls, forward x 3 for forward + backward), so samples/s can be
+read against what the arithmetic alone would take.
 The update is `Algorithm.update` (same losses, AdamW, clipping and schedule as `pmoss train`,
 without Lightning's per-step bookkeeping). Runs unchanged on a GPU host: CUDA + bf16 autocast.
 
@@ -34,7 +37,7 @@ from pmoss.contracts.machine import save_machine  # noqa: E402
 from pmoss.contracts.snapshot import SLICE_FEATURES  # noqa: E402
 from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats  # noqa: E402
 from pmoss.learn.algorithms import build_algorithm  # noqa: E402
-from pmoss.learn.learner import batch_tiles  # noqa: E402
+from pmoss.learn.learner import batch_inputs, sample_steps  # noqa: E402
 from pmoss.learn.train import (  # noqa: E402
     EpisodeArrays,
     StepBatchSampler,
@@ -55,12 +58,12 @@ def synthetic_tokens(path: Path, episodes: int, seed: int = 0) -> Path:
         row = {"episode_id": f"bench-{e}", "source": "sim", "machine": m.name, "workload": "ycsb-c", "dataset": "dense",
                "schedule_kind": "sn-random", "split": "train", "n_slices": N, "meta": rng.normal(size=len(META_NAMES)).astype(np.float32),
                "features": rng.normal(size=N * len(SLICE_FEATURES)).astype(np.float32), "feature_mask": np.ones(len(SLICE_FEATURES), bool),
-               "actions": rng.integers(0, m.n_workers, N).astype(np.int16), "rewards": rewards, "return": float(rewards.sum())}  # fmt: skip
+               "actions": rng.integers(0, m.n_workers, N).astype(np.int32), "rewards": rewards, "return": float(rewards.sum())}  # fmt: skip
         for k, v in row.items():
             cols[k].append(v)
     table = pa.Table.from_pydict(cols, schema=TOKENS_SCHEMA)
     pq.write_table(table, path / "tokens.parquet")
-    (path / "stats.json").write_text(compute_stats(table, (8, 80)).to_json())
+    (path / "stats.json").write_text(compute_stats(table).to_json())
     save_machine(m, path / "machines" / f"{m.name}.yaml")
     return path
 
@@ -70,12 +73,12 @@ def loader(ds: EpisodeArrays, batch_size: int) -> torch.utils.data.DataLoader:
 
 
 def loader_samples_per_s(ds: EpisodeArrays, cfg: TrainConfig, batches: int, device: torch.device) -> float:
-    """Batches from disk-backed arrays to device, tiles built: everything the learner gets for free."""
+    """Batches from disk-backed arrays to device, state features built: everything the learner gets for free."""
     it = iter(loader(ds, cfg.batch_size))
     t0 = time.perf_counter()
     for _ in range(batches):
         batch = {k: v.to(device) for k, v in next(it).items()}
-        batch_tiles(batch, model_config_for(ds.stats, cfg))
+        batch_inputs(batch, sample_steps(batch, cfg.loss_steps))
     _sync(device)
     return batches * cfg.batch_size / (time.perf_counter() - t0)
 
@@ -102,6 +105,49 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def step_flops(cfg: TrainConfig, ds: EpisodeArrays) -> float:
+    """Matmul FLOPs of one update (2 per multiply-add; backward = 2 x forward)."""
+    mc = model_config_for(ds.stats, cfg)
+    B, N, E, L = cfg.batch_size, mc.n_slices, mc.n_embd, mc.n_layer
+    T = 1 + 3 * N
+    G = int(ds.machine_tensors[ds.machine_of[0]]["m_group_valid"].sum())
+    K = min(cfg.loss_steps or N, N)
+    blocks = L * (2 * T * 12 * E * E + 2 * 2 * T * T * E)  # qkv/proj/mlp + attention scores and values, per episode
+    head = 2 * K * G * (mc.group_features * mc.group_hidden + 2 * mc.group_hidden)
+    embed = 2 * N * (mc.summary_features * E + E * E + mc.group_features * E + 16 * E)
+    return 3.0 * B * (blocks + head + embed)
+
+
+def profile_step(ds: EpisodeArrays, cfg: TrainConfig, device: torch.device, steps: int) -> dict[str, float]:
+    """Seconds per step spent on state features, forward, and backward + optimiser (mean of `steps`)."""
+    torch.manual_seed(0)
+    algo = build_algorithm("dt", model_config_for(ds.stats, cfg), cfg).to(device)
+    opt = torch.optim.AdamW(algo.parameters(), lr=1e-4)
+    it = iter(loader(ds, cfg.batch_size))
+    parts = {"state_features_s": 0.0, "forward_s": 0.0, "backward_optimiser_s": 0.0}
+    for i in range(steps + 1):
+        batch = {k: v.to(device) for k, v in next(it).items()}
+        t0 = time.perf_counter()
+        steps_k = sample_steps(batch, cfg.loss_steps)
+        summary, chosen, groups = batch_inputs(batch, steps_k)
+        _sync(device)
+        t1 = time.perf_counter()
+        logits = algo.model(batch["meta"], batch["rtg"], summary, chosen, groups, batch["m_group_valid"], steps_k)
+        target = batch["actions"] if steps_k is None else torch.gather(batch["actions"], 1, steps_k)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
+        _sync(device)
+        t2 = time.perf_counter()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        _sync(device)
+        t3 = time.perf_counter()
+        if i:  # the first step warms up
+            for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                parts[k] += v / steps
+    return parts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3, help="timed update steps per config (after one warm-up step)")
@@ -114,9 +160,12 @@ def main() -> None:
             cfg = load_model(TrainConfig, ROOT / "training" / f"dt-{name}.yaml")
             base = loader_samples_per_s(ds, cfg, batches=max(4, args.steps), device=device)
             value, params = train_samples_per_s(ds, cfg, args.steps, device)
+            flops = step_flops(cfg, ds)
+            parts = profile_step(ds, cfg, device, args.steps)
             write_record(f"train_samples_per_s_{name}", f"pre-training samples/s (dt-{name}.yaml, {N} slices, 64 workers, batch {cfg.batch_size})",
-                         value, "samples/s", "data loader alone (same batches, tiles built)", base, device=str(device),
-                         precision="bf16-mixed" if device.type == "cuda" else "fp32", params=params, threads=torch.get_num_threads())  # fmt: skip
+                         value, "samples/s", "data loader alone (same batches, state features built)", base, device=str(device),
+                         precision="bf16-mixed" if device.type == "cuda" else "fp32", params=params, threads=torch.get_num_threads(),
+                         step_gflop=flops / 1e9, achieved_gflops=flops * value / cfg.batch_size / 1e9, loss_steps=cfg.loss_steps, **parts)  # fmt: skip
 
 
 if __name__ == "__main__":

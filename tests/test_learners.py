@@ -26,7 +26,7 @@ from pmoss.learn.train import (
 )
 
 N = 16
-TINY = {"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "conv_channels": 8, "dropout": 0.1}, "batch_size": 8, "lr": 3e-3, "warmup": 2,
+TINY = {"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "dropout": 0.1}, "batch_size": 8, "lr": 3e-3, "warmup": 2,
         "val_every": 2, "max_steps": 6}  # fmt: skip
 
 
@@ -48,14 +48,14 @@ def make_tokens(path: Path, episodes: int = 40, seed: int = 0, leak: bool = Fals
         eid = f"ep-{seed}-{e}"
         values = {"episode_id": eid, "source": "sim", "machine": m.name, "workload": "ycsb-c", "dataset": "dense", "schedule_kind": "sn-random",
                   "split": split_of(eid), "n_slices": N, "meta": rng.normal(0, 1, len(META_NAMES)).astype(np.float32), "features": feats.reshape(-1),
-                  "feature_mask": np.ones(len(SLICE_FEATURES), bool), "actions": actions.astype(np.int16), "rewards": rewards,
+                  "feature_mask": np.ones(len(SLICE_FEATURES), bool), "actions": actions.astype(np.int32), "rewards": rewards,
                   "return": float(rewards.sum())}  # fmt: skip
         for k, v in values.items():
             rows[k].append(v)
     table = pa.Table.from_pydict(rows, schema=TOKENS_SCHEMA)
     path.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path / "tokens.parquet")
-    (path / "stats.json").write_text(compute_stats(table, (2, 6)).to_json())
+    (path / "stats.json").write_text(compute_stats(table).to_json())
     save_machine(m, path / "machines" / f"{m.name}.yaml")
     return path
 
@@ -149,10 +149,10 @@ def _accuracy(model, ds: EpisodeArrays) -> float:
     model.eval()
     with torch.no_grad():
         b = _batch(ds, list(range(len(ds))))
-        from pmoss.learn.learner import batch_tiles
+        from pmoss.learn.learner import policy_scores
 
-        logits = model(b["meta"], b["rtg"], batch_tiles(b, model.cfg), b["cells"], b["eligible"])
-        return float((logits.argmax(-1) == b["cells"]).float().mean())
+        logits = policy_scores(model, b)
+        return float((logits.argmax(-1) == b["actions"]).float().mean())
 
 
 def _fit_on_leaky_data(tmp_path: Path, steps: int) -> tuple[float, float]:
@@ -172,32 +172,22 @@ def _fit_on_leaky_data(tmp_path: Path, steps: int) -> tuple[float, float]:
 def test_leakage_guard_own_counters_do_not_reveal_the_action(tmp_path, monkeypatch):
     """Random-policy episodes whose features encode their own action: the model must stay at chance.
 
-    With the guard broken (tiles that include slice t's own counters), the same training finds
+    With the guard broken (a state that includes slice t's own counters), the same training finds
     the action: the positive control shows this test has the power to notice a leak.
     """
     chance = 1 / small_machine(nodes=2, cpus_per_node=6).n_workers
     _, held_out = _fit_on_leaky_data(tmp_path / "guarded", steps=120)
     assert held_out < chance + 0.08, f"held-out accuracy {held_out:.2f} vs chance {chance:.2f}: slice t's own counters leak into state t"
 
-    import pmoss.learn.learner
+    import pmoss.data.state
 
-    monkeypatch.setattr(pmoss.learn.learner, "build_tiles", _inclusive_tiles)
+    monkeypatch.setattr(pmoss.data.state, "exclusive_cumsum", lambda x: x.cumsum(1))  # slice t in its own state
     _, leaked = _fit_on_leaky_data(tmp_path / "leaky", steps=120)
     assert leaked > held_out + 0.2, f"positive control: a leaking state should be exploitable ({leaked:.2f} vs {held_out:.2f})"
-
-
-def _inclusive_tiles(cells, feats, eligible, rows, cols):
-    """A broken state builder: slice t's own features already summed into its cell in state t."""
-    from pmoss.data.state import build_tiles
-
-    tiles = build_tiles(cells, feats, eligible, rows, cols)  # [B, N, C, R, K], exclusive
-    onehot = torch.nn.functional.one_hot(cells, rows * cols).to(feats.dtype)  # [B, N, A]
-    own = (onehot.unsqueeze(-1) * feats.unsqueeze(2)).permute(0, 1, 3, 2).reshape(*tiles.shape[:2], -1, rows, cols)  # [B, N, F, R, K]
-    return torch.cat([tiles[:, :, :2], tiles[:, :, 2:] + own], dim=2)
 
 
 def test_shuffled_returns_are_a_permutation(tmp_path):
     data = make_tokens(tmp_path / "tok")
     real, shuffled = EpisodeArrays(data, "train"), EpisodeArrays(data, "train", shuffle_returns=0)
     assert sorted(real.returns.tolist()) == sorted(shuffled.returns.tolist()) and not np.array_equal(real.rtg, shuffled.rtg)
-    assert np.array_equal(real.cells, shuffled.cells)  # only the returns move, actions and states stay
+    assert np.array_equal(real.actions, shuffled.actions)  # only the returns move, actions and states stay

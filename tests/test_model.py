@@ -1,13 +1,13 @@
-"""The Decision Transformer: shapes, causality, masking, and a KV-cached rollout equal to the full forward."""
+"""The Decision Transformer over execution groups: the state excludes slice t's own counters,
+causality, masking, a KV-cached rollout equal to the full forward, and any machine size."""
 
 import numpy as np
-import pytest
 import torch
 from conftest import small_machine
 
-from pmoss.contracts.errors import PmossError
+from pmoss.contracts.groups import groups_of
 from pmoss.contracts.snapshot import SLICE_FEATURES
-from pmoss.data.state import RunningTile, build_tiles, eligibility, tile_cells
+from pmoss.data.state import RunningState, as_tensors, machine_arrays, teacher_forced
 from pmoss.data.tokens import META_NAMES, Stats
 from pmoss.learn.bundle import Bundle, load_bundle, save_bundle
 from pmoss.learn.model import DecisionTransformer, DTConfig
@@ -19,52 +19,69 @@ N = 12
 def _bundle(machine, seed=0) -> Bundle:
     torch.manual_seed(seed)
     f, m = len(SLICE_FEATURES), len(META_NAMES)
-    cfg = DTConfig(n_layer=2, n_head=2, n_embd=32, conv_channels=8, dropout=0.0, n_slices=N, n_features=f, n_meta=m, tile_rows=3, tile_cols=5)
+    cfg = DTConfig(n_layer=2, n_head=2, n_embd=32, group_hidden=16, dropout=0.0, n_slices=N, n_features=f, n_meta=m)
     stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * m, meta_std=[1.0] * m,
-                  best_return={f"{machine.name}|ycsb-c": 1000.0}, tile_rows=3, tile_cols=5, n_slices=N)  # fmt: skip
+                  best_return={f"{machine.name}|ycsb-c": 1000.0}, n_slices=N)  # fmt: skip
     return Bundle(cfg, stats, DecisionTransformer(cfg).state_dict(), {"algo": "dt"})
 
 
-def _row(machine, rng) -> dict:
-    row = {"n_slices": N, "window_s": 1.0, "queries": rng.integers(1, 100, N).tolist()}
+def _row(rng, n: int = N) -> dict:
+    row = {"n_slices": n, "window_s": 1.0, "queries": rng.integers(1, 100, n).tolist()}
     for name in SLICE_FEATURES:
-        row[name] = rng.uniform(0, 1000, N).tolist()
+        row[name] = rng.uniform(0, 1000, n).tolist()
     row.update(imc_read_bytes=None, imc_write_bytes=None, link_in_bytes=None, link_out_bytes=None)
     return row
 
 
-def test_tiles_exclude_own_slice():
+def _batched(machine, b: int = 1) -> dict[str, torch.Tensor]:
+    return {k: v.unsqueeze(0).expand(b, *v.shape) for k, v in as_tensors(machine_arrays(machine)).items()}
+
+
+def _episode(machine, rng, f: int = 4):
+    g = groups_of(machine)
+    groups = torch.as_tensor(rng.integers(0, g.n, N))[None]
+    feats = torch.randn(1, N, f)
+    share = torch.as_tensor(rng.dirichlet(np.ones(N)), dtype=torch.float32)[None]
+    return groups, feats, share
+
+
+def test_state_excludes_own_slice_and_running_state_matches():
     m = small_machine(nodes=2, cpus_per_node=6)
-    elig = eligibility(m, 3, 5)[None]
-    cells = torch.tensor([tile_cells(m, 5)[i % m.n_workers] for i in range(N)])[None]
-    feats = torch.randn(1, N, 4)
-    tiles = build_tiles(cells, feats, elig, 3, 5)  # [1, N, 6, 3, 5]
-    assert tiles.shape == (1, N, 6, 3, 5)
-    assert tiles[0, 0, 0].abs().sum() == 0  # nothing placed before slice 0
-    # Changing slice t's own features must not change tile t (no leakage), only later ones.
+    mt = _batched(m)
+    groups, feats, share = _episode(m, np.random.default_rng(0))
+    summary, chosen, every = teacher_forced(groups, feats, share, mt)
+    G = groups_of(m).n
+    assert summary.shape[:2] == (1, N) and chosen.shape[:2] == (1, N) and every.shape[:3] == (1, N, G)
+    assert every[0, 0, :, :6].abs().sum() == 0  # nothing placed before slice 0: no occupancy, load or features
+    # Changing slice t's own counters must not change state t, only later ones.
     feats2 = feats.clone()
     feats2[0, 5] += 10
-    tiles2 = build_tiles(cells, feats2, elig, 3, 5)
-    assert torch.equal(tiles[0, :6], tiles2[0, :6]) and not torch.equal(tiles[0, 6:], tiles2[0, 6:])
-    # The running tile used by rollout equals the batch construction step by step.
-    run = RunningTile(elig, N, 4, 3, 5)
+    s2, _, e2 = teacher_forced(groups, feats2, share, mt)
+    assert torch.equal(every[0, :6], e2[0, :6]) and torch.equal(summary[0, :6], s2[0, :6])
+    assert not torch.equal(every[0, 6:], e2[0, 6:])
+    # The chosen group's features are that group's row of the every-group features.
+    assert torch.allclose(chosen[0], every[0, torch.arange(N), groups[0]], atol=1e-6)
+    # Rollout's running state equals the teacher-forced construction step by step.
+    run = RunningState(mt, feats[0], share[0])
     for t in range(N):
-        assert torch.allclose(run.tile()[0, 0], tiles[0, t], atol=1e-6)
-        run.place(cells[:, t], feats[:, t])
+        s_t, g_t = run.features()
+        assert torch.allclose(s_t[0, 0], summary[0, t], atol=1e-5) and torch.allclose(g_t[0, 0], every[0, t], atol=1e-5), t
+        run.place(groups[:, t])
 
 
 def test_causal_prediction_ignores_future():
     m = small_machine(nodes=2, cpus_per_node=6)
-    b = _bundle(m)
-    model = b.model()
-    elig = eligibility(m, 3, 5)[None]
-    cells = torch.tensor([tile_cells(m, 5)[i % m.n_workers] for i in range(N)])[None]
-    feats, meta, rtg = torch.randn(1, N, len(SLICE_FEATURES)), torch.randn(1, len(META_NAMES)), torch.rand(1, N)
-    out = model(meta, rtg, build_tiles(cells, feats, elig, 3, 5), cells, elig)
-    assert out.shape == (1, N, 15) and torch.isinf(out[0, :, ~elig[0]]).all()
-    cells2 = cells.clone()
-    cells2[0, 7:] = cells[0, 0]
-    out2 = model(meta, rtg, build_tiles(cells2, feats, elig, 3, 5), cells2, elig)
+    model = _bundle(m).model()
+    mt = _batched(m)
+    rng = np.random.default_rng(1)
+    groups, _, share = _episode(m, rng)
+    feats = torch.randn(1, N, len(SLICE_FEATURES))
+    meta, rtg = torch.randn(1, len(META_NAMES)), torch.rand(1, N)
+    out = model(meta, rtg, *teacher_forced(groups, feats, share, mt), mt["m_group_valid"])
+    assert out.shape == (1, N, groups_of(m).n) and torch.isfinite(out).all()
+    groups2 = groups.clone()
+    groups2[0, 7:] = groups[0, 0]
+    out2 = model(meta, rtg, *teacher_forced(groups2, feats, share, mt), mt["m_group_valid"])
     assert torch.allclose(out[0, :8], out2[0, :8], atol=1e-5)  # slice t sees only actions < t
     assert not torch.allclose(out[0, 8:], out2[0, 8:])
 
@@ -72,24 +89,26 @@ def test_causal_prediction_ignores_future():
 def test_kv_rollout_matches_full_forward():
     m = small_machine(nodes=2, cpus_per_node=6)
     b = _bundle(m, seed=3)
-    row = _row(m, np.random.default_rng(0))
-    actions, _ = rollout(b, m, row, cap=N)  # cap never binds
+    row = _row(np.random.default_rng(0))
+    chosen, _ = rollout(b, m, row, cap=N)  # cap never binds
     model = b.model()
     meta, feats, share = snapshot_inputs(b, m, row)
-    cells = torch.tensor(np.asarray(tile_cells(m, 5))[actions[0]])[None]
-    elig = eligibility(m, 3, 5)[None]
+    groups = torch.as_tensor(chosen)
     rtg = torch.tensor(2.0 - 2.0 * np.concatenate([[0], np.cumsum(share)[:-1]]), dtype=torch.float32)[None]
-    logits = model(meta[None], rtg, build_tiles(cells, feats[None], elig, 3, 5), cells, elig)
-    assert torch.equal(logits.argmax(-1), cells)
+    mt = _batched(m)
+    inputs = teacher_forced(groups, feats[None], torch.as_tensor(share, dtype=torch.float32)[None], mt)
+    logits = model(meta[None], rtg, *inputs, mt["m_group_valid"])
+    assert torch.equal(logits.argmax(-1), groups)
 
 
 def test_propose_valid_schedule_and_cap(tmp_path):
     m = small_machine(nodes=2, cpus_per_node=6)
     b = _bundle(m)
-    row = _row(m, np.random.default_rng(1))
+    row = _row(np.random.default_rng(1))
     s = propose(b, m, row, cap=2)
     assert s.kind == "learned" and s.validate_for(m)
-    assert max(np.bincount(s.core)) <= 2
+    members = groups_of(m).member[s.group_index(m)]  # [N, W]
+    assert (members / members.sum(1, keepdims=True)).sum(0).max() <= 2 + 1e-9  # slices per worker, a group's share each
     k = propose(b, m, row, mode="best-of-k", k=4, score=lambda sch: -len(set(sch.core)))
     assert k.validate_for(m)
     save_bundle(b, tmp_path / "model.pt")
@@ -97,7 +116,11 @@ def test_propose_valid_schedule_and_cap(tmp_path):
     assert again.config == b.config and propose(again, m, row, cap=2) == s
 
 
-def test_machine_larger_than_the_tile_is_a_user_error():
-    m = small_machine(nodes=2, cpus_per_node=8)  # 2 x 7 workers (one router/sweeper CPU reserved per node) or more
-    with pytest.raises(PmossError, match=r"does not fit the model's 3x5 core tile.*--min-tile-cols"):
-        eligibility(m, 3, 5)
+def test_one_model_schedules_any_machine_and_slice_count():
+    """A model built for a 2-node toy schedules a 16-node x 64-worker machine and another slice count."""
+    b = _bundle(small_machine(nodes=2, cpus_per_node=6))
+    big = small_machine(name="big", nodes=16, cpus_per_node=66)  # 64 workers per node after reserving router + sweeper
+    assert max(len(w) for w in big.workers_by_node) >= 64
+    for n in (N, 40):
+        s = propose(b, big, _row(np.random.default_rng(2), n))
+        assert s.n_slices == n and s.validate_for(big)

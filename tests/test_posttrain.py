@@ -19,7 +19,7 @@ from pmoss.serve.posttrain import PostTrainConfig, post_train, table
 
 N = 32
 MACHINE = "intel-skx-4s"  # 8 nodes x at most 14 workers: the tile below
-TINY = {"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "conv_channels": 8, "dropout": 0.0}, "batch_size": 4}
+TINY = {"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "dropout": 0.0}, "batch_size": 4}
 
 
 def _base(path: Path) -> Path:

@@ -28,7 +28,7 @@ def test_gate_rules():
 def _bundle(tmp: Path, name: str, worse: bool = False) -> Path:
     torch.manual_seed(0)
     f, m = len(SLICE_FEATURES), len(META_NAMES)
-    cfg = DTConfig(n_layer=1, n_head=2, n_embd=32, conv_channels=8, dropout=0.0, n_slices=N, n_features=f, n_meta=m, tile_rows=8, tile_cols=14)
+    cfg = DTConfig(n_layer=1, n_head=2, n_embd=32, dropout=0.0, n_slices=N, n_features=f, n_meta=m, tile_rows=8, tile_cols=14)
     model = DecisionTransformer(cfg)
     info: dict = {"algo": "dt", "git_commit": "test"}
     if worse:  # every slice on one core: throughput bounded by a single worker

@@ -26,7 +26,7 @@ from pmoss.evaluate import EvalConfig, sample_cells, sampled_gap
 TEMPERATURE = 0.5
 Z = 2.0  # standard errors: one-sided ~2% false alarm for two equivalent policies
 MACHINES, WORKLOADS, N_SLICES = ["intel-skx-4s", "amd-milan-nps4"], ["ycsb-c", "scan"], 32
-TINY = {"model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "conv_channels": 16, "dropout": 0.1},
+TINY = {"model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "dropout": 0.1},
         "max_steps": 80, "batch_size": 16, "lr": 1e-3, "warmup": 10, "val_every": 80, "seed": 0}  # fmt: skip
 
 

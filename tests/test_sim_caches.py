@@ -99,7 +99,7 @@ def test_a_victim_l3_adds_the_distinct_l2s_below_it():
     their L2s; a shared group's L2s all hold the same hot set (one L2 of distinct lines)."""
     m = load_sim_machine(MACHINE)
     hw = hw_for(m, Calibration(l3_share=1 / 16))  # 2 MiB of each L3: the L2s below it matter
-    G = max(hw.n_workers, hw.n_cores, hw.n_domains)
+    G = hw.groups.n_cache_groups
     spread, shared = (from_schedules(hw, [generate(k, m, N, 0)]) for k in ("sn-spread", "os-default"))
     per_domain = distinct_below(spread.l2_group, spread.l3_group, G)[0]
     assert per_domain.max() == 4  # 4 cores per CCX, every one holds slices

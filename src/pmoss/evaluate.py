@@ -18,6 +18,7 @@ import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from pmoss.contracts.groups import groups_of
 from pmoss.contracts.io import atomic_write_text, load_model
 from pmoss.contracts.policies import BASELINE_KINDS, generate
 from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule
@@ -108,10 +109,10 @@ def sample_cells(cfg: EvalConfig, bundles: dict[str, Any], k: int = 16, temperat
             schedules: dict[str, Schedule] = {}
             for name, bundle in bundles.items():
                 settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}
-                actions, _ = rollout(bundle, machine, snapshot, target_factor=settings["target_factor"], batch=k, temperature=temperature,
-                                     cap=cap or settings.get("cap"), seed=seed)  # fmt: skip
-                for i, a in enumerate(actions):
-                    schedules[f"{name}#{i}"] = Schedule.from_actions(machine, a.tolist(), model=name, mode="sample", seed=seed).validate_for(machine)
+                groups, _ = rollout(bundle, machine, snapshot, target_factor=settings["target_factor"], batch=k, temperature=temperature,
+                                    cap=cap or settings.get("cap"), seed=seed)  # fmt: skip
+                for i, g in enumerate(groups):
+                    schedules[f"{name}#{i}"] = Schedule.from_groups(machine, g, model=name, mode="sample", seed=seed).validate_for(machine)
             tp = measure(machine, w, schedules, cfg)
             out[f"{m}|{w}"] = {name: [tp[f"{name}#{i}"] for i in range(k)] for name in bundles}
     return out
@@ -192,7 +193,7 @@ def plot(cells: dict[str, dict[str, float]], out: Path) -> None:
 
 def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
     """Each learned/oracle schedule over its core tile: a core's colour is the mean key-range
-    position of the slices it got (empty cores blank); one row per NUMA node, nodes outlined."""
+    position of the slices whose group it is in (empty cores blank); one row per NUMA node, nodes outlined."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -207,10 +208,12 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
         m = load_sim_machine(cell.split("|")[0])
         cols = max(len(w) for w in m.workers_by_node)
         grid, count = np.zeros((m.numa_nodes, cols)), np.zeros((m.numa_nodes, cols))
-        for i, core in enumerate(sched.core):
-            r, c = m.tile_position[m.worker_index[core]]
-            grid[r, c] += i / sched.n_slices
-            count[r, c] += 1
+        members = groups_of(m).member[sched.group_index(m)]  # [N, W]
+        for i, ws in enumerate(members):
+            for w in np.flatnonzero(ws):
+                r, c = m.tile_position[w]
+                grid[r, c] += i / sched.n_slices
+                count[r, c] += 1
         shown = np.where(count > 0, grid / np.maximum(count, 1), np.nan)
         im = ax.imshow(shown, cmap="viridis", vmin=0, vmax=1, aspect="auto")
         for r in range(m.numa_nodes):

@@ -9,22 +9,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from pmoss.contracts.groups import groups_of
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.schedule import Kind, Schedule
 
 # The paper's offline policy mix (DESIGN §5).
 PAPER_MIX: dict[str, float] = {"sn-grouped": 0.146, "sn-mixed": 0.128, "sn-spread": 0.018, "sn-random": 0.710}
-# The nine baselines every evaluation compares against (all kinds but `learned`).
+# The baselines every evaluation compares against: the paper's eight and the group heuristic.
 BASELINE_KINDS: tuple[str, ...] = (
     "os-default", "os-interleave", "se-numa", "sn-numa",
-    "sn-grouped", "sn-spread", "sn-mixed", "sn-random",
+    "sn-grouped", "sn-spread", "sn-mixed", "sn-random", "sn-hot",
 )  # fmt: skip
 
 
-def generate(kind: Kind, machine: Machine, n_slices: int, seed: int = 0) -> Schedule:
-    """A schedule of `kind` for `machine`; raises ValueError for `learned` (that comes from a model)."""
-    if kind == "learned":
-        raise ValueError("kind: 'learned' schedules come from a model, not a generator")
+def generate(kind: Kind, machine: Machine, n_slices: int, seed: int = 0, load: np.ndarray | None = None) -> Schedule:
+    """A schedule of `kind` for `machine`; raises ValueError for `learned` and `search` (those come
+    from a model or a search). `load` [N]: each slice's share of the queries, for `sn-hot` (None:
+    even; the simulator's profile or a snapshot's per-slice queries give it)."""
+    if kind in ("learned", "search"):
+        raise ValueError(f"kind: '{kind}' schedules come from a model or a search, not a generator")
+    if kind == "sn-hot":
+        return _hot(machine, n_slices, seed, np.full(n_slices, 1 / n_slices) if load is None else np.asarray(load, dtype=float))
     rng = np.random.default_rng(seed)
     node_order = list(range(machine.numa_nodes)) if seed == 0 else [int(x) for x in rng.permutation(machine.numa_nodes)]
     if kind in ("os-default", "os-interleave"):
@@ -83,3 +88,41 @@ def _random(machine: Machine, n: int, node_order: list[int], rng: np.random.Gene
 
 
 _ONE_CORE = {"sn-grouped": _grouped, "sn-spread": _spread, "sn-mixed": _mixed, "sn-random": _random}
+
+
+HOT_NEED = 1.5  # widen a slice only past 1.5 workers' fair share: a group costs coherence and handoffs
+
+
+def _hot(machine: Machine, n: int, seed: int, load: np.ndarray) -> Schedule:
+    """The group heuristic a person would write: adjacent slices on one node in blocks of equal
+    load; within a node, hottest first (LPT): a slice needing more than HOT_NEED workers' fair
+    share gets the narrowest group of that node with that many workers, the others one worker;
+    among those, the one whose busiest member ends least loaded (a group shares its load evenly)."""
+    if load.shape != (n,) or not np.all(np.isfinite(load)) or load.min() < 0 or load.sum() <= 0:
+        raise ValueError(f"load: needs {n} finite non-negative shares with a positive sum")
+    g = groups_of(machine)
+    share = load / load.sum()
+    M, W = machine.numa_nodes, machine.n_workers
+    order = list(range(M)) if seed == 0 else [int(x) for x in np.random.default_rng(seed).permutation(M)]
+    cum = np.concatenate([[0.0], np.cumsum(share)])
+    # contiguous node blocks cut where the running load crosses k/M (every node gets a block when n >= M)
+    cut = np.searchsorted(cum, np.arange(1, M) / M)
+    cut = np.clip(np.maximum(cut, np.arange(1, M)), 0, n - (M - np.arange(1, M))) if n >= M else np.minimum(cut, n)
+    bounds = np.concatenate([[0], cut, [n]])
+    worker_load = np.zeros(W)
+    chosen = np.zeros(n, dtype=np.int64)
+    for b in range(M):
+        node = order[b]
+        mine = np.flatnonzero(g.node == node)
+        threads = mine[g.width[mine] == 0]
+        slices = np.arange(bounds[b], bounds[b + 1])
+        for i in slices[np.argsort(-share[slices], kind="stable")]:
+            need = share[i] * W  # in workers' fair shares
+            wide = mine[g.size[mine] >= need]
+            cand = threads if need <= HOT_NEED else wide[g.size[wide] == g.size[wide].min()] if wide.size else mine[g.width[mine] == 3]
+            peak = (g.member[cand] * worker_load).max(1) + need / g.size[cand]  # busiest member afterwards
+            pick = int(cand[np.argmin(peak)])
+            chosen[i] = pick
+            worker_load[g.member[pick]] += share[i] * W / g.size[pick]
+    s = Schedule.from_groups(machine, chosen, kind="sn-hot", generator="pmoss.contracts.policies:sn-hot", seed=seed)
+    return s.validate_for(machine)

@@ -1,7 +1,10 @@
-"""Spatial schedule (DESIGN §4.2): for each slice, a NUMA node and the cores that may execute it.
+"""Spatial schedule (DESIGN §4.2, docs/contracts.md): for each slice, a NUMA node and the group of
+worker cores that executes it.
 
-`core[i]` is a CPU id for the one-core kinds (the learnable `SN:T` space) and -1 for the kinds
-where a set of cores executes the slice (all workers, or the workers of the slice's node).
+Schema version 2 names a slice's execution group compactly as an anchor worker `core[i]` and a
+`width[i]` (thread | core | l3 | node; contracts/groups.py): the one-core kinds are width thread,
+sn-numa is width node (core -1 allowed), `sn-hot`, `search` and `learned` mix widths. The kinds
+where any worker executes a slice (os-default, os-interleave, se-numa) have core -1 and no width.
 `node[i] == -1` leaves placement to the OS. `validate_for(machine)` enforces the same rules as
 the runtime and names the first bad slice.
 """
@@ -11,20 +14,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pmoss.contracts.errors import ContractError
+from pmoss.contracts.groups import WIDTH_CODE, WIDTHS, groups_of
 from pmoss.contracts.io import dump_model, load_model
 from pmoss.contracts.machine import Machine
 
-SCHEDULE_SCHEMA_VERSION = 1
+SCHEDULE_SCHEMA_VERSION = 2  # 2: per-slice width (execution groups)
 
 Kind = Literal[
     "os-default", "os-interleave", "se-numa", "sn-numa",
-    "sn-grouped", "sn-spread", "sn-mixed", "sn-random", "learned",
+    "sn-grouped", "sn-spread", "sn-mixed", "sn-random", "sn-hot", "search", "learned",
 ]  # fmt: skip
-SHARED_KINDS = ("os-default", "os-interleave", "se-numa", "sn-numa")  # a set of cores per slice
-ONE_CORE_KINDS = ("sn-grouped", "sn-spread", "sn-mixed", "sn-random", "learned")
+SHARED_KINDS = ("os-default", "os-interleave", "se-numa", "sn-numa")  # a set of cores per slice, by kind
+ANY_WORKER_KINDS = ("os-default", "os-interleave", "se-numa")  # no per-slice group: any worker
+ONE_CORE_KINDS = ("sn-grouped", "sn-spread", "sn-mixed", "sn-random")  # width thread only (the paper's SN:T)
+MIXED_WIDTH_KINDS = ("sn-hot", "search", "learned")  # any width per slice
+GROUP_KINDS = ("sn-numa",) + ONE_CORE_KINDS + MIXED_WIDTH_KINDS  # a node and a group per slice
+KIND_WIDTH = {**{k: "thread" for k in ONE_CORE_KINDS}, "sn-numa": "node"}  # the only width of a fixed-width kind
 OS_PLACED_KINDS = ("os-default", "os-interleave")  # data placement left to the OS
 SHORT_NAMES = {"os-default": "OS:D", "os-interleave": "OS:I", "se-numa": "SE:N", "sn-numa": "SN:N"}
 
@@ -41,6 +50,7 @@ class Schedule(BaseModel):
     kind: Kind
     node: list[int]
     core: list[int]
+    width: str | list[str] | None = None  # one for every slice, or per slice; None: the kind's width
     provenance: dict[str, Any] = {}  # generator + seed, or model name + version
 
     @model_validator(mode="after")
@@ -50,26 +60,43 @@ class Schedule(BaseModel):
         for name in ("node", "core"):
             if len(getattr(self, name)) != self.n_slices:
                 raise ValueError(f"{name}: has {len(getattr(self, name))} entries, n_slices is {self.n_slices}")
+        if isinstance(self.width, list) and len(self.width) != self.n_slices:
+            raise ValueError(f"width: has {len(self.width)} entries, n_slices is {self.n_slices}")
+        for i, w in enumerate(self.widths() if self.width is not None else []):
+            if w not in WIDTHS:
+                raise ValueError(f"width: slice {i} has '{w}', expected one of {', '.join(WIDTHS)}")
+        if self.width is not None and self.kind in ANY_WORKER_KINDS:
+            raise ValueError(f"width: kind {self.kind} executes on any worker and takes no width")
         return self
+
+    def widths(self) -> list[str]:
+        """The width of every slice (the kind's own where none is written; '' for any-worker kinds)."""
+        if isinstance(self.width, list):
+            return list(self.width)
+        return [self.width or KIND_WIDTH.get(self.kind, "" if self.kind in ANY_WORKER_KINDS else "thread")] * self.n_slices
 
     def validate_for(self, machine: Machine) -> Schedule:
         """Check the schedule against a machine; raise ScheduleError naming the first bad slice."""
         if self.machine != machine.name:
             raise ScheduleError(f"machine: schedule is for '{self.machine}', not '{machine.name}'")
         workers = machine.worker_index
-        one_core = self.kind in ONE_CORE_KINDS
-        for i, (node, core) in enumerate(zip(self.node, self.core, strict=True)):
+        fixed = KIND_WIDTH.get(self.kind)
+        for i, (node, core, width) in enumerate(zip(self.node, self.core, self.widths(), strict=True)):
             where = f"slice {i}"
             if node < -1 or node >= machine.numa_nodes:
                 raise ScheduleError(f"{where}: node {node} does not exist ({machine.numa_nodes} nodes)")
             if self.kind in OS_PLACED_KINDS and node != -1:
                 raise ScheduleError(f"{where}: kind {self.kind} leaves placement to the OS, node must be -1")
-            if self.kind in ("se-numa", "sn-numa") + ONE_CORE_KINDS and node == -1:
+            if self.kind not in OS_PLACED_KINDS and node == -1:
                 raise ScheduleError(f"{where}: kind {self.kind} needs a node, got -1")
-            if not one_core:
+            if self.kind in ANY_WORKER_KINDS:
                 if core != -1:
-                    raise ScheduleError(f"{where}: kind {self.kind} executes on a set of cores, core must be -1")
+                    raise ScheduleError(f"{where}: kind {self.kind} executes on any worker, core must be -1")
                 continue
+            if fixed and width != fixed:
+                raise ScheduleError(f"{where}: kind {self.kind} has width {fixed} only, got {width}")
+            if core == -1 and width == "node":
+                continue  # the node's workers: no anchor needed
             if core not in machine.cpu_by_id:
                 raise ScheduleError(f"{where}: core {core} does not exist on {machine.name}")
             if core not in workers:
@@ -79,17 +106,42 @@ class Schedule(BaseModel):
         return self
 
     # ---- views -----------------------------------------------------------------------------------
+    def group_index(self, machine: Machine) -> np.ndarray:
+        """The candidate-group index of every slice [N] (contracts/groups.py); the schedule must be valid
+        for `machine` and of a kind with groups."""
+        if self.kind in ANY_WORKER_KINDS:
+            raise ScheduleError(f"kind: {self.kind} executes on any worker, so it has no per-slice group")
+        g = groups_of(machine)
+        first = [machine.worker_index[ws[0]] for ws in machine.workers_by_node]
+        anchors = [machine.worker_index[c] if c >= 0 else first[n] for c, n in zip(self.core, self.node, strict=True)]
+        return g.of_worker[[WIDTH_CODE[w] for w in self.widths()], anchors]
+
     def actions(self, machine: Machine) -> list[int]:
-        """Worker-core indices (the model's action per slice); only for one-core kinds."""
-        if self.kind not in ONE_CORE_KINDS:
-            raise ScheduleError(f"kind: {self.kind} has no per-slice core, so no actions")
+        """Worker-core indices of a width-thread schedule (the paper's SN:T actions)."""
+        if any(w != "thread" for w in self.widths()) or self.kind in ANY_WORKER_KINDS:
+            raise ScheduleError(f"kind: {self.kind} is not one core per slice, so it has no worker actions")
         return [machine.worker_index[c] for c in self.core]
 
     @classmethod
     def from_actions(cls, machine: Machine, actions: list[int], kind: Kind = "learned", **provenance: Any) -> Schedule:
         cores = [machine.worker_cpus[a] for a in actions]
         nodes = [machine.cpu_by_id[c].node for c in cores]
-        return cls(machine=machine.name, n_slices=len(actions), kind=kind, node=nodes, core=cores, provenance=provenance)
+        width = None if kind in KIND_WIDTH else "thread"
+        return cls(machine=machine.name, n_slices=len(actions), kind=kind, node=nodes, core=cores, width=width, provenance=provenance)
+
+    @classmethod
+    def from_groups(cls, machine: Machine, groups: Any, kind: Kind = "learned", **provenance: Any) -> Schedule:
+        """A schedule from candidate-group indices [N]: the group's node, canonical anchor and width
+        (written as one string when every slice has the same width)."""
+        g = groups_of(machine)
+        idx = np.asarray(groups, dtype=np.int64)
+        widths = [WIDTHS[c] for c in g.width[idx]]
+        cores = [machine.worker_cpus[a] for a in g.anchor[idx]]
+        width: str | list[str] = widths[0] if len(set(widths)) == 1 else widths
+        if kind in KIND_WIDTH:
+            width = None if set(widths) == {KIND_WIDTH[kind]} else width
+        return cls(machine=machine.name, n_slices=len(idx), kind=kind, node=[int(n) for n in g.node[idx]], core=cores, width=width,
+                   provenance=provenance)  # fmt: skip
 
 
 def load_schedule(path: Path, machine: Machine | None = None) -> Schedule:

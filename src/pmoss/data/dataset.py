@@ -34,7 +34,6 @@ from pmoss.data.tokens import (
     Holdout,
     Stats,
     compute_stats,
-    tile_shape,
     tokenise_table,
 )
 
@@ -70,13 +69,13 @@ def resolve_machines(names: set[str], machines_dir: Path | None) -> dict[str, Ma
     return out
 
 
-def build(raw: list[Path], output: Path, val: float, test: float, machines_dir: Path | None = None, min_tile: tuple[int, int] = (0, 0),
+def build(raw: list[Path], output: Path, val: float, test: float, machines_dir: Path | None = None,
           holdout: Holdout | None = None) -> Stats:  # fmt: skip
     """Validate and tokenise every raw file, then write the dataset directory in one rename."""
     table, machines = _tokenise_all(raw, val, test, machines_dir, holdout or Holdout())
     if table.num_rows == 0:
-        raise ContractError(f"{', '.join(map(str, raw))}: no episode of a one-core schedule kind to learn from")
-    stats = compute_stats(table, tile_shape(list(machines.values()), *min_tile))
+        raise ContractError(f"{', '.join(map(str, raw))}: no episode of a schedule kind with per-slice groups to learn from")
+    stats = compute_stats(table)
     manifest = _manifest(table, raw, val, test, holdout or Holdout())
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
@@ -165,16 +164,14 @@ def build_command(
     val: Annotated[float, typer.Option(help="Validation fraction (by hash of episode id).")] = 0.1,
     test: Annotated[float, typer.Option(help="Test fraction (by hash of episode id).")] = 0.1,
     machines: Annotated[Optional[Path], typer.Option(help="Directory of descriptors for non-simulated machines.")] = None,
-    min_tile_rows: Annotated[int, typer.Option(help="Pad the core tile to at least this many nodes.")] = 0,
-    min_tile_cols: Annotated[int, typer.Option(help="Pad the core tile to at least this many workers per node.")] = 0,
     holdout_machine: Annotated[Optional[list[str]], typer.Option(help="Leave this machine out: its episodes get split 'holdout' (repeatable).")] = None,
     holdout_workload: Annotated[Optional[list[str]], typer.Option(help="Leave this workload out: its episodes get split 'holdout' (repeatable).")] = None,
 ) -> None:
     """Tokenise raw snapshots into a dataset (tokens.parquet + stats.json + dataset.json + machines/)."""
     holdout = Holdout(tuple(holdout_machine or ()), tuple(holdout_workload or ()))
-    stats = build(raw, output, val, test, machines, (min_tile_rows, min_tile_cols), holdout)
+    stats = build(raw, output, val, test, machines, holdout)
     n = pq.read_metadata(output / "tokens.parquet").num_rows
-    typer.echo(f"{output}: {n} episodes, tile {stats.tile_rows}x{stats.tile_cols}, {len(stats.best_return)} machine|workload cells")
+    typer.echo(f"{output}: {n} episodes, {stats.n_slices} slices each, {len(stats.best_return)} machine|workload cells")
 
 
 @app.command("report")

@@ -1,80 +1,225 @@
-"""State tokens: the core tile seen before each slice is placed (DESIGN §4.4).
+"""State tokens over execution groups: what the model sees before slice t is placed (DESIGN §4.4).
 
-Tile cell (row = NUMA node, column = the worker's rank in its node) channels:
-  0 occupancy   slices already placed on the core, in units of the fair share N / workers
-  1 eligibility 1 where a worker exists (the position channel)
-  2.. features  sum of the normalised features of slices already placed on the core
-Slice t's own counters are never in state t (exclusive cumulative sums), which is what the leakage
-guard tests check. Training builds all N tiles at once; rollout updates one running tile.
+The state is kept per worker and read per candidate group (contracts/groups.py), so nothing in it
+has the size of a training machine: a model schedules any machine, any number of slices.
+
+Per worker w, over the slices s < t already placed (a slice's group shares it evenly):
+  occ   sum 1/|g_s|            x W/N   (1.0 = the fair share of slices)
+  load  sum share_s/|g_s|      x W     (1.0 = the fair share of queries; share = the slice's
+                                        share of the snapshot's queries)
+  feats sum feats_s/|g_s|      x W/N   (normalised per-slice counters)
+Per group g at step t: the members' mean of those channels, their node's mean, the width, the
+size, whether g (or its node) took slice t-1, and what g would carry with slice t on top
+(share_t x W / |g|). The current slice's own counters are never visible at step t (the leakage
+guard); its share of queries is: it is set by the workload's key distribution, not by the
+schedule that ran (departure from DESIGN §4.4, which shows only earlier slices).
+Training builds all N steps at once (exclusive cumulative sums); rollout keeps a running state.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
-from pmoss.contracts.errors import PmossError
+from pmoss.contracts.groups import WIDTHS, groups_of
 from pmoss.contracts.machine import Machine
 
-
-def tile_cells(machine: Machine, cols: int) -> list[int]:
-    """Tile cell index of each worker action index (row * cols + column)."""
-    cells = [r * cols + c for r, c in machine.tile_position]
-    assert max(c for _, c in machine.tile_position) < cols, f"{machine.name} does not fit a tile of {cols} columns"
-    return cells
+WORKER_CHANNELS = 2  # occ, load (+ features)
+GROUP_STATIC = len(WIDTHS) + 2  # width one-hot, log2 size, share of its node
+GROUP_DYNAMIC = 6  # node occ, node load, took slice t-1, its node took slice t-1, load per member with slice t, its node's with it
+SUMMARY = 6  # share_t x N, position t/N, worker load max/std, node load max/min
 
 
-def eligibility(machine: Machine, rows: int, cols: int) -> torch.Tensor:
-    if machine.numa_nodes > rows or max(len(w) for w in machine.workers_by_node) > cols:
-        raise PmossError(f"{machine.name}: {machine.numa_nodes} nodes x {max(len(w) for w in machine.workers_by_node)} workers does not fit "
-                         f"the model's {rows}x{cols} core tile; train on a dataset built with `pmoss dataset build --min-tile-rows/--min-tile-cols`")  # fmt: skip
-    e = torch.zeros(rows * cols, dtype=torch.bool)
-    e[tile_cells(machine, cols)] = True
-    return e
+def group_features(n_features: int) -> int:
+    return WORKER_CHANNELS + n_features + GROUP_STATIC + GROUP_DYNAMIC
 
 
-def build_tiles(cells: torch.Tensor, feats: torch.Tensor, eligible: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """All N state tiles of a batch: [B, N] cells, [B, N, F] feats, [B, A] eligible -> [B, N, 2+F, R, K].
-
-    Each slice's increment is written straight into the output layout one step late (what slice t
-    adds shows from step t+1 on, so slice t is never in its own state), then one in-place cumsum
-    over slices; no [B, N, A, F] intermediates (this is the data loader's hot spot)."""
-    B, N, Fdim = feats.shape
-    A, C = rows * cols, 2 + Fdim
-    fair = (N / eligible.sum(-1).clamp(min=1)).to(feats.dtype)  # [B]
-    out = torch.zeros(B, N, C, A, dtype=feats.dtype, device=feats.device)
-    src = torch.cat([feats.new_ones(B, N - 1, 1), feats.new_zeros(B, N - 1, 1), feats[:, :-1]], -1) / fair[:, None, None]  # [B, N-1, C]
-    out[:, 1:].scatter_(3, cells[:, :-1, None, None].expand(B, N - 1, C, 1), src.unsqueeze(3))
-    out.cumsum_(1)
-    out[:, :, 1] = eligible.to(feats.dtype)[:, None, :]  # eligibility channel
-    return out.view(B, N, C, rows, cols)
+def summary_features(n_features: int) -> int:
+    return SUMMARY + WORKER_CHANNELS + n_features
 
 
-class RunningTile:
-    """The tile during rollout: starts empty, `place` adds one slice at a time. Batched over B.
+@dataclass
+class MachineArrays:
+    """One machine's groups as arrays, padded to (W, G, M) so machines batch together; a padded
+    group is invalid, a padded worker belongs to nothing. Dense member matrices: a group's mean is
+    one batched matmul (cheaper here than gathers; a 1024-worker machine's is 1.6 M entries)."""
 
-    The tile tensor is kept and only the placed cell is rewritten per step (the same arithmetic as
-    `build_tiles`, cell by cell), instead of rebuilding all R x K cells every step.
-    """
+    member: np.ndarray  # [G, W] 1/|g| where w is in g, else 0
+    node_member: np.ndarray  # [M, W] 1/|node| where w is on the node, else 0
+    group_static: np.ndarray  # [G, GROUP_STATIC]
+    group_node: np.ndarray  # [G]
+    group_size: np.ndarray  # [G]
+    group_valid: np.ndarray  # [G] bool
+    worker_node: np.ndarray  # [W]
+    worker_valid: np.ndarray  # [W] bool
+    node_workers: np.ndarray  # [M] workers per node (1 for padding)
+    node_valid: np.ndarray  # [M] bool
 
-    def __init__(self, eligible: torch.Tensor, n_slices: int, n_features: int, rows: int, cols: int):
-        B = eligible.shape[0]
-        self.rows, self.cols = rows, cols
-        self.fair = n_slices / eligible.sum(-1).clamp(min=1).float()  # [B]
-        self.occ = torch.zeros(B, rows * cols, device=eligible.device)
-        self.load = torch.zeros(B, rows * cols, n_features, device=eligible.device)
-        self.t = torch.zeros(B, 2 + n_features, rows * cols, device=eligible.device)  # [B, C, A]
-        self.t[:, 1] = eligible.float()
-        self.rows_idx = torch.arange(B, device=eligible.device)
+    @property
+    def sizes(self) -> tuple[int, int, int]:
+        return self.worker_node.size, self.group_node.size, self.node_workers.size
 
-    def tile(self) -> torch.Tensor:
-        """Current tile [B, 1, C, R, K] (a view: read it before the next `place`)."""
-        B, C, _ = self.t.shape
-        return self.t.view(B, 1, C, self.rows, self.cols)
 
-    def place(self, cells: torch.Tensor, feats: torch.Tensor) -> None:
-        """cells [B], feats [B, F]: the slice just placed."""
-        idx = self.rows_idx
-        self.occ[idx, cells] += 1
-        self.load[idx, cells] += feats
-        self.t[idx, 0, cells] = self.occ[idx, cells] / self.fair
-        self.t[idx, 2:, cells] = (self.load[idx, cells] / self.fair[:, None]).to(self.t.dtype)
+def machine_arrays(machine: Machine, pad: tuple[int, int, int] | None = None) -> MachineArrays:
+    """Arrays of `machine`'s candidate groups, padded to pad = (W, G, M) if given."""
+    g = groups_of(machine)
+    W, G, M = pad or (machine.n_workers, g.n, machine.numa_nodes)
+    assert W >= machine.n_workers and G >= g.n and M >= machine.numa_nodes, f"{machine.name}: larger than the padding {pad}"
+    worker_node = np.array([machine.cpu_by_id[c].node for c in machine.worker_cpus])
+    node_workers = np.bincount(worker_node, minlength=M)
+    static = np.zeros((G, GROUP_STATIC), np.float32)
+    static[np.arange(g.n), g.width] = 1.0
+    static[: g.n, len(WIDTHS)] = np.log2(g.size)
+    static[: g.n, len(WIDTHS) + 1] = g.size / node_workers[g.node]
+
+    def padded(a: np.ndarray, n: int, fill: float = 0) -> np.ndarray:
+        return np.concatenate([a, np.full(n - a.size, fill, dtype=a.dtype)])
+
+    member = np.zeros((G, W), np.float32)
+    member[: g.n, : machine.n_workers] = g.member / g.size[:, None]
+    node_member = np.zeros((M, W), np.float32)
+    node_member[worker_node, np.arange(worker_node.size)] = 1.0 / node_workers[worker_node]
+    return MachineArrays(
+        member=member, node_member=node_member,
+        group_static=static, group_node=padded(g.node, G), group_size=padded(g.size, G, 1),
+        group_valid=padded(np.ones(g.n, bool), G, False), worker_node=padded(worker_node, W),
+        worker_valid=padded(np.ones(machine.n_workers, bool), W, False), node_workers=np.maximum(node_workers, 1),
+        node_valid=padded(np.ones(machine.numa_nodes, bool), M, False),
+    )  # fmt: skip
+
+
+def pad_of(machines: list[Machine]) -> tuple[int, int, int]:
+    """The smallest padding that holds every machine in `machines`."""
+    sizes = np.array([machine_arrays(m).sizes for m in machines])
+    return tuple(int(x) for x in sizes.max(0))  # type: ignore[return-value]
+
+
+def as_tensors(ma: MachineArrays) -> dict[str, torch.Tensor]:
+    return {f"m_{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in vars(ma).items()}
+
+
+def _mean_over(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Weighted means over workers: weights [B, K, W], x [B, T, W, C] -> [B, T, K, C] (one bmm)."""
+    B, T, W, C = x.shape
+    y = torch.bmm(weights.to(x.dtype), x.permute(0, 2, 1, 3).reshape(B, W, T * C))  # [B, K, T*C]
+    return y.view(B, -1, T, C).permute(0, 2, 1, 3)
+
+
+def spread(groups: torch.Tensor, values: torch.Tensor, m: dict[str, torch.Tensor]) -> torch.Tensor:
+    """What each step's slice adds to each worker, split evenly over its group:
+    groups [B, T], values [B, T, C] -> [B, T, W, C]."""
+    B, T = groups.shape
+    share = torch.gather(m["m_member"], 1, groups[..., None].expand(B, T, m["m_member"].shape[-1])).to(values.dtype)  # [B, T, W]
+    return share[..., None] * values[:, :, None, :]
+
+
+def worker_increments(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, n_slices: int, m: dict[str, torch.Tensor]) -> torch.Tensor:
+    """What each step's slice adds to each worker's channels (occ, load, feats), split evenly over
+    its group: groups [B, T], feats [B, T, F], share [B, T] -> [B, T, W, 2+F]."""
+    n_w = m["m_worker_valid"].sum(-1).to(feats.dtype)[:, None, None]  # [B, 1, 1]
+    values = torch.cat([torch.ones_like(share)[..., None] / n_slices, share[..., None], feats / n_slices], -1) * n_w  # [B, T, 2+F]
+    return spread(groups, values, m)
+
+
+def summary_at(workers: torch.Tensor, share: torch.Tensor, t: torch.Tensor, n_slices: int, m: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The state token's input at T steps: workers [B, T, W, 2+F] (occ, load, feats) before each
+    step, share [B, T] this slice's share of queries, t [B, T] slice index -> [B, T, summary_features(F)]."""
+    dt = workers.dtype
+    big = torch.finfo(dt).max
+    valid_w = m["m_worker_valid"][:, None, :]  # [B, 1, W]
+    n_w = valid_w.sum(-1, keepdim=True).to(dt)  # [B, 1, 1]
+    load = workers[..., 1]
+    mean = (workers * valid_w[..., None]).sum(2) / n_w  # [B, T, C]
+    std = (((load - mean[..., 1:2]) ** 2) * valid_w).sum(-1, keepdim=True).div(n_w).sqrt()[..., 0]
+    nl = _mean_over(m["m_node_member"], workers[..., 1:2])[..., 0]  # [B, T, M] node load
+    node_valid = m["m_node_valid"][:, None, :]
+    summary = torch.stack([share * n_slices, t.to(dt) / n_slices, load.masked_fill(~valid_w, -big).amax(-1), std,
+                           nl.masked_fill(~node_valid, -big).amax(-1), nl.masked_fill(~node_valid, big).amin(-1)], -1)  # fmt: skip
+    return torch.cat([summary, mean], -1)
+
+
+def groups_at(workers: torch.Tensor, prev: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor],
+              idx: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """Candidate-group features at T steps: workers [B, T, W, C] before each step, prev [B, T] group
+    of the previous slice (-1 before the first), share [B, T]; idx [B, T, K] the groups to describe
+    (None: every group, K = G) -> [B, T, K, group_features(F)]."""
+    B, T, W, C = workers.shape
+    dt = workers.dtype
+    n_w = m["m_worker_valid"].sum(-1).to(dt)[:, None, None]  # [B, 1, 1]
+    if idx is None:
+        G = m["m_group_node"].shape[-1]
+        idx = torch.arange(G, device=prev.device).expand(B, T, G)
+        gmean = _mean_over(m["m_member"], workers)  # [B, T, G, C]: one bmm for every group
+    else:
+        rows = torch.gather(m["m_member"], 1, idx.flatten(1)[..., None].expand(-1, -1, W)).view(B, T, -1, W)  # [B, T, K, W]
+        gmean = torch.einsum("btkw,btwc->btkc", rows.to(dt), workers)
+    flat = idx.flatten(1)  # [B, T*K]
+
+    def at(name: str) -> torch.Tensor:  # a per-group array at idx, [B, T, K]
+        return torch.gather(m[name], 1, flat).view(idx.shape)
+
+    gnode_idx = at("m_group_node")
+    node = _mean_over(m["m_node_member"], workers[..., :2])  # [B, T, M, 2] node occ, load
+    gnode = torch.gather(node, 2, gnode_idx[..., None].expand(-1, -1, -1, 2))  # [B, T, K, 2]
+    took = (idx == prev[..., None]).to(dt)
+    prev_node = torch.gather(m["m_group_node"], 1, prev.clamp(min=0))  # [B, T]
+    node_took = ((gnode_idx == prev_node[..., None]) & (prev[..., None] >= 0)).to(dt)
+    size = at("m_group_size").to(dt)
+    node_size = torch.gather(m["m_node_workers"], 1, gnode_idx.flatten(1)).view(idx.shape).to(dt)
+    added = share[..., None] * n_w / size  # what each member would carry of slice t
+    dyn = torch.stack([gnode[..., 0], gnode[..., 1], took, node_took, added, gnode[..., 1] + share[..., None] * n_w / node_size], -1)
+    static = torch.gather(m["m_group_static"], 1, flat[..., None].expand(-1, -1, GROUP_STATIC)).view(*idx.shape, GROUP_STATIC).to(dt)
+    return torch.cat([gmean, static, dyn], -1)
+
+
+def exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """What steps < t added, at step t, [B, T, ...] (slice t never sees itself, not even by rounding)."""
+    return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], 1).cumsum(1)
+
+
+def teacher_forced(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor],
+                   steps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Model inputs of whole episodes whose groups are known (training): groups [B, N], feats
+    [B, N, F], share [B, N] -> (summary [B, N, S], the chosen group's features [B, N, D], every
+    group's features at `steps` [B, K] (default: every step) [B, K, G, D])."""
+    B, N = groups.shape
+    workers = exclusive_cumsum(worker_increments(groups, feats, share, N, m))  # [B, N, W, 2+F]
+    prev = torch.cat([groups.new_full((B, 1), -1), groups[:, :-1]], 1)
+    t = torch.arange(N, device=groups.device).expand(B, N)
+    summary = summary_at(workers, share, t, N, m)
+    chosen = groups_at(workers, prev, share, m, groups[..., None])[:, :, 0]
+    if steps is None:
+        return summary, chosen, groups_at(workers, prev, share, m)
+    sel = lambda x: torch.gather(x, 1, steps.view(B, -1, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))  # noqa: E731
+    return summary, chosen, groups_at(sel(workers), sel(prev), sel(share), m)
+
+
+class RunningState:
+    """The state during rollout: starts empty, `place` adds one slice per step. Batched over B."""
+
+    def __init__(self, m: dict[str, torch.Tensor], feats: torch.Tensor, share: torch.Tensor):
+        """m: machine tensors with a batch dim [B, ...]; feats [N, F] and share [N] of the snapshot."""
+        self.m, self.feats, self.share = m, feats, share
+        B, W = m["m_worker_node"].shape
+        self.N = share.shape[0]
+        self.workers = feats.new_zeros(B, 1, W, 2 + feats.shape[1])
+        self.prev = torch.full((B, 1), -1, dtype=torch.long)
+        self.t = 0
+
+    def features(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(summary [B, 1, S], every group's features [B, 1, G, D]) before slice t."""
+        B = self.workers.shape[0]
+        share = self.share[self.t].expand(B, 1)
+        summary = summary_at(self.workers, share, torch.full((B, 1), self.t), self.N, self.m)
+        return summary, groups_at(self.workers, self.prev, share, self.m)
+
+    def place(self, groups: torch.Tensor) -> None:
+        """groups [B]: the groups given slice t."""
+        B = groups.shape[0]
+        t = self.t
+        inc = worker_increments(groups[:, None], self.feats[t].expand(B, 1, -1), self.share[t].expand(B, 1), self.N, self.m)
+        self.workers = self.workers + inc
+        self.prev = groups[:, None]
+        self.t += 1

@@ -1,7 +1,9 @@
 """Tokenisation (DESIGN §4.4): raw snapshots -> the tokenised dataset the model trains on.
 
-One row per episode of a one-core kind: normalised per-slice features [N x F] with an availability
-mask [F], a meta vector [M], actions [N] (worker-core index), per-slice rewards [N] (the slice's
+One row per episode of a kind with a node and an execution group per slice (every kind but the
+OS-placed and se-numa ones): normalised per-slice features [N x F] with an availability mask [F], a
+meta vector [M], actions [N] (the index of the slice's group among the machine's candidate groups,
+contracts/groups.py), per-slice rewards [N] (the slice's
 throughput, queries/s), the return, and a split. Normalisation statistics come from the training
 split only and are saved next to the data (`stats.json`) and with every model trained on it, so
 inference never needs the training data. `encode_snapshot` is the one path both the dataset build
@@ -20,11 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pmoss.contracts.errors import ContractError
+from pmoss.contracts.groups import WIDTH_CODE, groups_of
 from pmoss.contracts.machine import Machine
-from pmoss.contracts.schedule import ONE_CORE_KINDS
 from pmoss.contracts.snapshot import OFFCORE_LINK, OFFCORE_NODE, SLICE_FEATURES
 
-TOKENS_SCHEMA_VERSION = 1
+TOKENS_SCHEMA_VERSION = 2  # 2: actions are candidate-group indices (were worker indices)
 VENDORS = ("intel", "amd", "arm", "ibm", "other")
 META_FACTS = ("log_workers", "nodes", "sockets", "log_l3_mib", "remote_ratio_mean", "remote_ratio_max", "freq_ghz", "log_bw_gbps") + tuple(
     f"vendor_{v}" for v in VENDORS
@@ -32,6 +34,8 @@ META_FACTS = ("log_workers", "nodes", "sockets", "log_l3_mib", "remote_ratio_mea
 META_OFFCORE = ("imc_read_total", "imc_read_max_share", "imc_write_total", "imc_write_max_share", "link_total", "link_max_share", "offcore_available")
 META_NAMES = META_FACTS + META_OFFCORE
 SPLITS = ("train", "val", "test")
+NO_GROUP_KINDS = ("os-default", "os-interleave", "se-numa")  # queries go to any worker: no per-slice action
+DEFAULT_WIDTH = {"sn-numa": "node"}  # raw rows written before the width column: the kind's only width
 HOLDOUT = "holdout"  # split of a named hold-out group (leave-one-machine/workload-out)
 
 TOKENS_SCHEMA = pa.schema(
@@ -47,7 +51,7 @@ TOKENS_SCHEMA = pa.schema(
         pa.field("meta", pa.list_(pa.float32()), nullable=False),  # [M], raw (normalised in the loader)
         pa.field("features", pa.list_(pa.float32()), nullable=False),  # [N*F] log per-query, raw
         pa.field("feature_mask", pa.list_(pa.bool_()), nullable=False),  # [F]
-        pa.field("actions", pa.list_(pa.int16()), nullable=False),  # [N] worker index
+        pa.field("actions", pa.list_(pa.int32()), nullable=False),  # [N] candidate-group index
         pa.field("rewards", pa.list_(pa.float32()), nullable=False),  # [N] queries/s per slice
         pa.field("return", pa.float64(), nullable=False),
     ],
@@ -127,7 +131,7 @@ def tokenise_table(raw: pa.Table, machines: dict[str, Machine], val: float, test
     """Raw snapshot table -> tokens table, vectorised over episodes (one numpy pass per column).
 
     Gives exactly what `encode_snapshot` gives row by row (inference uses that path)."""
-    t = raw.filter(pc.is_in(raw["schedule_kind"], pa.array(ONE_CORE_KINDS)))  # shared kinds have no per-slice action
+    t = raw.filter(pc.invert(pc.is_in(raw["schedule_kind"], pa.array(NO_GROUP_KINDS))))  # those have no per-slice action
     if t.num_rows == 0:
         return TOKENS_SCHEMA.empty_table()
     n = _one_n_slices(t)
@@ -143,7 +147,7 @@ def tokenise_table(raw: pa.Table, machines: dict[str, Machine], val: float, test
     cols["meta"] = _fixed_lists(meta.astype(np.float32), pa.float32())
     cols["features"] = _fixed_lists(feats.reshape(len(ids), -1), pa.float32())
     cols["feature_mask"] = _fixed_lists(mask, pa.bool_())
-    cols["actions"] = _fixed_lists(_actions(t, n, machines, ids), pa.int16())
+    cols["actions"] = _fixed_lists(_actions(t, n, machines, ids), pa.int32())
     cols["rewards"] = _fixed_lists(rewards.astype(np.float32), pa.float32())
     cols["return"] = pa.array(rewards.sum(1))
     return pa.Table.from_arrays([_chunk(cols[f.name]) for f in TOKENS_SCHEMA], schema=TOKENS_SCHEMA)
@@ -211,19 +215,37 @@ def _summed_lists(cols: list[pa.Array], E: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def _actions(t: pa.Table, n: int, machines: dict[str, Machine], ids: list[str]) -> np.ndarray:
-    """Worker-core index of every slice [E, N]; a core that is not a worker is a contract error."""
+    """Candidate-group index of every slice [E, N] from its anchor core and width; an anchor that is
+    not a worker (or -1 with a width other than node) is a contract error."""
     cores = _dense(t["core"], n, np.int64)
+    nodes = _dense(t["node"], n, np.int64)
+    kinds = t["schedule_kind"].to_pylist()
+    if "width" in t.column_names and t["width"].null_count < t.num_rows:
+        col = _chunk(t["width"])
+        given = col.is_valid().to_numpy(zero_copy_only=False)
+        codes = np.array([WIDTH_CODE.get(w, -1) for w in col.flatten().to_pylist()], dtype=np.int64)
+        widths = np.zeros((t.num_rows, n), dtype=np.int64)
+        widths[given] = codes.reshape(-1, n)
+        widths[~given] = [[WIDTH_CODE[DEFAULT_WIDTH.get(k, "thread")]] * n for k, g in zip(kinds, given, strict=True) if not g]
+    else:
+        widths = np.array([[WIDTH_CODE[DEFAULT_WIDTH.get(k, "thread")]] * n for k in kinds], dtype=np.int64).reshape(-1, n)
     out = np.full(cores.shape, -1, dtype=np.int64)
     names = np.asarray(t["machine"].to_pylist())
     for name in set(names.tolist()):
         m, rows = machines[name], names == name
+        g = groups_of(m)
         lut = np.full(max(m.cpu_by_id) + 2, -1, dtype=np.int64)  # last entry catches out-of-range cores
         for cpu, idx in m.worker_index.items():
             lut[cpu] = idx
-        out[rows] = lut[np.clip(cores[rows], -1, len(lut) - 1)]
+        first = np.array([m.worker_index[ws[0]] for ws in m.workers_by_node])  # a node-wide group's anchor
+        w = lut[np.clip(cores[rows], -1, len(lut) - 1)]
+        nd = np.clip(nodes[rows], 0, len(first) - 1)
+        w = np.where((w < 0) & (widths[rows] == WIDTH_CODE["node"]) & (cores[rows] == -1), first[nd], w)
+        ok = (w >= 0) & (widths[rows] >= 0)
+        out[rows] = np.where(ok, g.of_worker[np.clip(widths[rows], 0, None), np.clip(w, 0, None)], -1)
     bad = np.flatnonzero((out < 0).any(1))
     if len(bad):
-        raise ContractError(f"episode {ids[bad[0]]}: field 'core' names a CPU that is not a worker of {names[bad[0]]}")
+        raise ContractError(f"episode {ids[bad[0]]}: fields 'core'/'width' name a group that is not one of {names[bad[0]]}'s workers")
     return out
 
 
@@ -246,8 +268,6 @@ class Stats:
     meta_mean: list[float] = field(default_factory=list)
     meta_std: list[float] = field(default_factory=list)
     best_return: dict[str, float] = field(default_factory=dict)  # "machine|workload" -> best qps in train
-    tile_rows: int = 1
-    tile_cols: int = 1
     n_slices: int = 0
 
     def best(self, machine: str, workload: str) -> float:
@@ -269,10 +289,13 @@ class Stats:
         data = json.loads(text)
         if data.get("schema_version", 0) > TOKENS_SCHEMA_VERSION:
             raise ContractError(f"{source}: field 'schema_version' is newer than this pmoss")
+        if data.get("schema_version", 0) < TOKENS_SCHEMA_VERSION:
+            raise ContractError(f"{source}: tokens schema version {data.get('schema_version')} (worker actions); rebuild the dataset "
+                                "(`pmoss dataset build`) and retrain: actions are execution groups since version 2")
         return cls(**data)
 
 
-def compute_stats(table: pa.Table, tile: tuple[int, int]) -> Stats:
+def compute_stats(table: pa.Table) -> Stats:
     """Normalisation statistics of the training split only (val/test/holdout never leak into them)."""
     train = table.filter(pc.equal(table["split"], "train"))
     if train.num_rows == 0:
@@ -294,13 +317,5 @@ def compute_stats(table: pa.Table, tile: tuple[int, int]) -> Stats:
     return Stats(
         feature_mean=mean.tolist(), feature_std=std.tolist(),
         meta_mean=meta.mean(0).tolist(), meta_std=(meta.std(0) + 1e-6).tolist(),
-        best_return=best,
-        tile_rows=tile[0], tile_cols=tile[1], n_slices=n,
+        best_return=best, n_slices=n,
     )  # fmt: skip
-
-
-def tile_shape(machines: list[Machine], min_rows: int = 0, min_cols: int = 0) -> tuple[int, int]:
-    """Rows = NUMA nodes, columns = workers per node; padded so unseen machines can still fit."""
-    rows = max([min_rows] + [m.numa_nodes for m in machines])
-    cols = max([min_cols] + [len(w) for m in machines for w in m.workers_by_node])
-    return rows, cols

@@ -31,4 +31,4 @@ class BC(Algorithm):
             self.model.load_state_dict(init_weights)
 
     def losses(self, batch: Batch) -> dict[str, torch.Tensor]:
-        return action_losses(self.model, batch)
+        return action_losses(self.model, batch, self.train_cfg.loss_steps if self.training else None)

@@ -39,6 +39,7 @@ class TrainConfig(BaseModel):
     val_every: int = 100  # steps between validation passes (and checkpoints)
     seed: int = 0
     num_workers: int = 0  # data loader processes
+    loss_steps: int | None = 32  # slices per episode whose action loss a training step scores (None: all; validation: all)
     bc: BCParams = BCParams()  # used by --algo bc
     cql: CQLParams = CQLParams()  # used by --algo cql
 

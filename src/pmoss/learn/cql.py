@@ -1,4 +1,4 @@
-"""Discrete conservative Q-learning baseline (Kumar et al., 2020) over tile cells.
+"""Discrete conservative Q-learning baseline (Kumar et al., 2020) over candidate execution groups.
 
 The Q-network is the Decision Transformer's backbone without return-to-go (same state encoder,
 meta token and slice embedding); its head reads Q(history up to state t, cell) instead of action
@@ -6,7 +6,7 @@ logits, so the rollout in infer.py serves it unchanged (greedy = argmax Q under 
 
 Loss = TD error against a Polyak-averaged target network
      + `return_weight` x regression of Q(s_t, a_t) on the Monte-Carlo return-to-go
-     + `alpha` x CQL penalty (logsumexp over eligible cells - Q of the data's cell).
+     + `alpha` x CQL penalty (logsumexp over valid groups - Q of the data's cell).
 Departure from the paper's setting (P-MOSS has no CQL baseline): rewards are the slice shares of
 throughput scaled by the best return of the machine x workload (so returns are O(1)), and the
 horizon is the episode's N slices with gamma = 1 by default; the return term anchors Q's scale,
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from pmoss.learn.learner import Algorithm, Batch, batch_tiles
+from pmoss.learn.learner import Algorithm, Batch, at_steps, batch_inputs, sample_steps
 from pmoss.learn.model import DecisionTransformer, DTConfig
 
 if TYPE_CHECKING:
@@ -46,29 +46,34 @@ class CQL(Algorithm):
         self.target = copy.deepcopy(self.model).requires_grad_(False)
 
     def losses(self, batch: Batch) -> dict[str, torch.Tensor]:
-        tiles = batch_tiles(batch, self.model.cfg)
-        args = (batch["meta"], batch["rtg"], tiles, batch["cells"], batch["eligible"])
-        q = self.model(*args).float()  # [B, N, A], -inf on ineligible cells
+        B, N = batch["actions"].shape
+        k = self.train_cfg.loss_steps if self.training else None
+        steps = sample_steps(batch, k)
+        if steps is None:
+            steps = torch.arange(N).expand(B, N)
+        nxt = (steps + 1).clamp(max=N - 1)  # the TD target reads the next slice's Q
+        summary, chosen, groups = batch_inputs(batch, torch.cat([steps, nxt], 1))
+        K = steps.shape[1]
+        valid = batch["m_group_valid"]
+        q = self.model(batch["meta"], batch["rtg"], summary, chosen, groups[:, :K], valid, steps).float()  # [B, K, G]
         with torch.no_grad():
             self.target.eval()  # Lightning's .train() on the learner reaches it too: no dropout in targets
-            q_target = self.target(*args).float()
-        q_data = q.gather(-1, batch["cells"].unsqueeze(-1)).squeeze(-1)  # [B, N]
-        td = self._td_loss(q_data, q_target, batch)
-        ret = F.mse_loss(q_data, batch["rtg"].float())
+            q_next = self.target(batch["meta"], batch["rtg"], summary, chosen, groups[:, K:], valid, nxt).float()
+        actions = at_steps(batch["actions"], steps)
+        q_data = q.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # [B, K]
+        rtg = batch["rtg"].float()
+        reward = at_steps(slice_rewards(rtg), steps)
+        next_v = q_next.max(-1).values * (steps < N - 1)  # 0 after the last slice
+        td = F.mse_loss(q_data, reward + self.params.gamma * next_v)
+        ret = F.mse_loss(q_data, at_steps(rtg, steps))
         penalty = self._cql_penalty(q, q_data)
         loss = td + self.params.return_weight * ret + self.params.alpha * penalty
-        acc = (q.argmax(-1) == batch["cells"]).float().mean()
+        acc = (q.argmax(-1) == actions).float().mean()
         return {"loss": loss, "td": td, "return_mse": ret, "cql_penalty": penalty, "q_data": q_data.mean().detach(), "acc": acc}
-
-    def _td_loss(self, q_data: torch.Tensor, q_target: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Squared error to r_t + gamma max_a Q_target(s_{t+1}, a); the last slice bootstraps from nothing."""
-        next_v = F.pad(q_target[:, 1:].max(-1).values, (0, 1))  # [B, N], 0 after the last slice
-        y = slice_rewards(batch["rtg"].float()) + self.params.gamma * next_v
-        return F.mse_loss(q_data, y)
 
     @staticmethod
     def _cql_penalty(q: torch.Tensor, q_data: torch.Tensor) -> torch.Tensor:
-        """E[logsumexp_a Q(s, a) - Q(s, a_data)] over eligible cells: pushes down actions the data never took."""
+        """E[logsumexp_a Q(s, a) - Q(s, a_data)] over valid groups: pushes down actions the data never took."""
         return (torch.logsumexp(q, dim=-1) - q_data).mean()
 
     @torch.no_grad()

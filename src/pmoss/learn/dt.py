@@ -1,7 +1,7 @@
 """Decision Transformer (the P-MOSS learner): cross-entropy on actions with teacher forcing.
 
 The policy sees the return-to-go (scaled to O(1) by the best return of the machine x workload),
-the state tile and earlier actions, and predicts slice t's action at slice t's state token.
+the worker state and earlier actions, and predicts slice t's action at slice t's state token.
 """
 
 from __future__ import annotations
@@ -11,18 +11,21 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from pmoss.learn.learner import Algorithm, Batch, batch_tiles
+from pmoss.learn.learner import Algorithm, Batch, at_steps, policy_scores, sample_steps
 from pmoss.learn.model import DecisionTransformer, DTConfig
 
 if TYPE_CHECKING:
     from pmoss.learn.config import TrainConfig
 
 
-def action_losses(model: DecisionTransformer, batch: Batch) -> dict[str, torch.Tensor]:
-    """Teacher-forced cross-entropy and accuracy of the data's actions (shared with behaviour cloning)."""
-    logits = model(batch["meta"], batch["rtg"], batch_tiles(batch, model.cfg), batch["cells"], batch["eligible"])  # [B, N, A]
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["cells"].flatten())
-    acc = (logits.argmax(-1) == batch["cells"]).float().mean()
+def action_losses(model: DecisionTransformer, batch: Batch, loss_steps: int | None = None) -> dict[str, torch.Tensor]:
+    """Teacher-forced cross-entropy and accuracy of the data's actions (shared with behaviour cloning),
+    at `loss_steps` random slices per episode (an unbiased estimate of the all-slice loss)."""
+    steps = sample_steps(batch, loss_steps)
+    logits = policy_scores(model, batch, steps)  # [B, K, G]
+    target = at_steps(batch["actions"], steps)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
+    acc = (logits.argmax(-1) == target).float().mean()
     return {"loss": loss, "acc": acc}
 
 
@@ -37,4 +40,4 @@ class DT(Algorithm):
             self.model.load_state_dict(init_weights)
 
     def losses(self, batch: Batch) -> dict[str, torch.Tensor]:
-        return action_losses(self.model, batch)
+        return action_losses(self.model, batch, self.train_cfg.loss_steps if self.training else None)

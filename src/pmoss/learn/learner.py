@@ -1,4 +1,4 @@
-"""What the offline learners share: the algorithm interface, the optimiser, and turning a batch into tiles.
+"""What the offline learners share: the algorithm interface, the optimiser, and turning a batch into model inputs.
 
 Each algorithm lives in its own module (dt.py, bc.py, cql.py) and subclasses `Algorithm`: it owns
 its networks and says how a batch becomes named loss parts (`losses`). Training runs them in two
@@ -7,8 +7,8 @@ the plain `update(batch) -> dict[str, float]` loop here (CORL style; tests and b
 No Lightning import here: this module stays importable where only torch is installed.
 
 Every algorithm's policy network is a `DecisionTransformer` (bc/cql with `use_return=False`), so a
-bundle of any algorithm is rolled out by the same KV-cached loop in infer.py; only the meaning of
-the head differs: action logits (dt, bc) or Q-values over tile cells (cql).
+bundle of any algorithm is rolled out by the same KV-cached loop in rollout.py; only the meaning of
+the head differs: action logits (dt, bc) or Q-values over candidate groups (cql).
 """
 
 from __future__ import annotations
@@ -19,18 +19,42 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.nn as nn
 
-from pmoss.data.state import build_tiles
-from pmoss.learn.model import DecisionTransformer, DTConfig, cosine_lr
+from pmoss.data.state import teacher_forced
+from pmoss.learn.model import DecisionTransformer, cosine_lr
 
 if TYPE_CHECKING:
     from pmoss.learn.config import TrainConfig
 
-Batch = dict[str, torch.Tensor]  # meta [B, M], feats [B, N, F], cells [B, N], eligible [B, A], rtg [B, N], rewards [B, N]
+# meta [B, M], feats [B, N, F], share [B, N], actions [B, N] (group indices), rtg [B, N], and the
+# episode's machine as padded index arrays m_* (data/state.py; m_group_valid [B, G] masks padding)
+Batch = dict[str, torch.Tensor]
 
 
-def batch_tiles(batch: Batch, cfg: DTConfig) -> torch.Tensor:
-    """State tiles of every slice of a batch, [B, N, C, R, K] (slice t's own counters excluded)."""
-    return build_tiles(batch["cells"], batch["feats"], batch["eligible"], cfg.tile_rows, cfg.tile_cols)
+def sample_steps(batch: Batch, k: int | None) -> torch.Tensor | None:
+    """k slice indices per episode (sorted, without repeats) whose action the loss scores, or None for
+    all: the transformer always reads every slice, the per-group head is most of a step's cost."""
+    B, N = batch["actions"].shape
+    if not k or k >= N:
+        return None
+    return torch.rand(B, N).argsort(-1)[:, :k].sort(-1).values
+
+
+def batch_inputs(batch: Batch, steps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(state summaries [B, N, S], the data's groups' features [B, N, D], every group's features at
+    `steps` [B, K, G, D]), teacher forced (slice t's own counters excluded)."""
+    with torch.no_grad():  # inputs, not parameters: no graph needed
+        return teacher_forced(batch["actions"], batch["feats"], batch["share"], batch, steps)
+
+
+def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor | None = None) -> torch.Tensor:
+    """Teacher-forced scores [B, K, G] of the batch's policy network (logits or Q-values) at `steps`."""
+    summary, chosen, groups = batch_inputs(batch, steps)
+    return model(batch["meta"], batch["rtg"], summary, chosen, groups, batch["m_group_valid"], steps)
+
+
+def at_steps(x: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
+    """x [B, N] at steps [B, K] (all of x when steps is None)."""
+    return x if steps is None else torch.gather(x, 1, steps)
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:

@@ -2,11 +2,17 @@
 
 Architecture only (no Lightning, no data I/O). Departures from the published research code are
 deliberate and marked: a slice-index (timestep) embedding, return-to-go already scaled to O(1)
-by the caller, and action logits masked by eligibility.
+by the caller, and scores masked to the machine's candidate groups.
 
 Token layout: position 0 = meta token; slice t uses positions 1+3t (rtg), 2+3t (state),
 3+3t (action). The action for slice t is predicted from the hidden state at its state token,
 which by causality sees the meta token, everything of slices < t, and rtg_t/state_t only.
+
+Nothing in the network has the size of a machine or of N (departure from the paper's conv tile
+encoder and per-cell head, beyond it): the state token embeds a summary of the worker state, an
+action is one of the machine's candidate execution groups (contracts/groups.py) and is embedded by
+its features, and the head scores each candidate group from its features and the hidden state
+(a pointer), so one model schedules any machine, with groups wider than one core.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from pmoss.data.state import group_features, summary_features
+
 
 @dataclass
 class DTConfig:
@@ -25,21 +33,19 @@ class DTConfig:
     n_head: int = 8
     n_embd: int = 128
     dropout: float = 0.1
-    n_slices: int = 256  # context = one whole episode
-    n_features: int = 19  # per-slice features summed into the core tile
+    n_slices: int = 256  # slices per episode in training (any count schedules: positions are t / N)
+    n_features: int = 19  # per-slice features summed into the worker state
     n_meta: int = 15
-    tile_rows: int = 8  # NUMA nodes (padded)
-    tile_cols: int = 80  # worker cores per node (padded)
-    conv_channels: int = 32
+    group_hidden: int = 64  # width of the pointer head that scores each candidate group
     use_return: bool = True  # False = behaviour cloning on the same backbone
 
     @property
-    def n_actions(self) -> int:
-        return self.tile_rows * self.tile_cols  # an action is a tile cell
+    def group_features(self) -> int:
+        return group_features(self.n_features)
 
     @property
-    def tile_channels(self) -> int:
-        return 2 + self.n_features  # occupancy, eligibility, summed features
+    def summary_features(self) -> int:
+        return summary_features(self.n_features)
 
 
 class KVCache:
@@ -72,7 +78,6 @@ class CausalSelfAttention(nn.Module):
         self.n_head = cfg.n_head
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
-        self.dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -85,7 +90,9 @@ class CausalSelfAttention(nn.Module):
         else:
             if cache is not None:
                 cache.append(k, v)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, dropout_p=self.dropout if self.training else 0.0)
+            # No dropout on attention weights (departure from minGPT): on CPU it forces the math kernel,
+            # which materialises [B, H, T, T] and made a paper-size step 10x slower (docs/model.md).
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # [B, T, C]
         return self.resid_drop(self.proj(y))
 
@@ -104,24 +111,27 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class StateEncoder(nn.Module):
-    """3 conv layers over the core tile [C, R, K] + a linear layer (DESIGN §5)."""
+class GroupHead(nn.Module):
+    """Pointer scores over candidate groups (additive attention): score_g = v . gelu(W_g x_g + W_h h).
+    Its size depends on nothing machine-specific, so one model scores any machine's groups."""
 
     def __init__(self, cfg: DTConfig):
         super().__init__()
-        c = cfg.conv_channels
-        self.conv = nn.Sequential(
-            nn.Conv2d(cfg.tile_channels, c, 3, padding=1), nn.GELU(),
-            nn.Conv2d(c, c, 3, padding=1), nn.GELU(),
-            nn.Conv2d(c, c, 3, padding=1, stride=2), nn.GELU(),
-        )  # fmt: skip
-        r, k = (cfg.tile_rows + 1) // 2, (cfg.tile_cols + 1) // 2
-        self.linear = nn.Linear(c * r * k, cfg.n_embd)
+        k = cfg.group_hidden
+        self.group = nn.Linear(cfg.group_features, k)
+        self.query = nn.Linear(cfg.n_embd, k)
+        self.score = nn.Linear(k, 1)
 
-    def forward(self, tiles: torch.Tensor) -> torch.Tensor:
-        B, T = tiles.shape[:2]
-        h = self.conv(tiles.flatten(0, 1))  # [B*T, c, R/2, K/2]
-        return self.linear(h.flatten(1)).view(B, T, -1)  # [B, T, n_embd]
+    def forward(self, h: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """h [B, T, E], groups [B, T, G, D], valid [B, G] -> scores [B, T, G] (-inf where invalid)."""
+        z = F.gelu(self.group(groups) + self.query(h).unsqueeze(2))  # [B, T, G, k]
+        return self.score(z).squeeze(-1).masked_fill(~valid.unsqueeze(1), float("-inf"))
+
+
+def fourier(x: torch.Tensor, n: int = 8) -> torch.Tensor:
+    """[..] in [0, 1] -> [.., 2n] sin/cos features (slice position as a fraction of the episode)."""
+    freqs = torch.pi * 2.0 ** torch.arange(n, device=x.device, dtype=x.dtype)
+    return torch.cat([torch.sin(x[..., None] * freqs), torch.cos(x[..., None] * freqs)], -1)
 
 
 class DecisionTransformer(nn.Module):
@@ -130,14 +140,14 @@ class DecisionTransformer(nn.Module):
         self.cfg = cfg
         self.embed_meta = nn.Linear(cfg.n_meta, cfg.n_embd)
         self.embed_rtg = nn.Linear(1, cfg.n_embd)
-        self.embed_state = StateEncoder(cfg)
-        self.embed_action = nn.Embedding(cfg.n_actions, cfg.n_embd)
-        self.embed_slice = nn.Embedding(cfg.n_slices, cfg.n_embd)  # departure: the research code had none
+        self.embed_state = nn.Sequential(nn.Linear(cfg.summary_features, cfg.n_embd), nn.GELU(), nn.Linear(cfg.n_embd, cfg.n_embd))
+        self.embed_action = nn.Linear(cfg.group_features, cfg.n_embd)  # the chosen group's features
+        self.embed_slice = nn.Linear(16, cfg.n_embd)  # departure: the research code had no position; ours is t / N
         self.embed_kind = nn.Embedding(3, cfg.n_embd)  # token type: rtg / state / action
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
-        self.head = nn.Linear(cfg.n_embd, cfg.n_actions)
+        self.head = GroupHead(cfg)
         self.apply(self._init)
 
     @staticmethod
@@ -147,33 +157,39 @@ class DecisionTransformer(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def step_tokens(self, rtg: torch.Tensor, tiles: torch.Tensor, actions: torch.Tensor | None, t0: int) -> torch.Tensor:
-        """Embed slices t0..t0+T-1: [B, T] rtg, [B, T, C, R, K] tiles, [B, T] actions (or None) -> [B, 3T or 2T, E]."""
-        B, T = rtg.shape
-        pos = self.embed_slice(torch.arange(t0, t0 + T, device=rtg.device))  # [T, E]
+    def step_tokens(self, rtg: torch.Tensor, summary: torch.Tensor, chosen: torch.Tensor | None) -> torch.Tensor:
+        """Embed T slices: [B, T] rtg, [B, T, S] state summaries (position t/N is summary[..., 1]),
+        [B, T, D] features of the chosen groups (or None) -> [B, 3T or 2T, E], interleaved per slice."""
+        pos = self.embed_slice(fourier(summary[..., 1]))  # [B, T, E]
         r = self.embed_rtg(rtg.unsqueeze(-1) if self.cfg.use_return else torch.zeros_like(rtg).unsqueeze(-1))
-        parts = [r + pos + self.embed_kind.weight[0], self.embed_state(tiles) + pos + self.embed_kind.weight[1]]
-        if actions is not None:
-            parts.append(self.embed_action(actions) + pos + self.embed_kind.weight[2])
-        return torch.stack(parts, dim=2).flatten(1, 2)  # [B, T*len(parts), E], interleaved per slice
+        parts = [r + pos + self.embed_kind.weight[0], self.embed_state(summary) + pos + self.embed_kind.weight[1]]
+        if chosen is not None:
+            parts.append(self.embed_action(chosen) + pos + self.embed_kind.weight[2])
+        return torch.stack(parts, dim=2).flatten(1, 2)
 
-    def forward(self, meta: torch.Tensor, rtg: torch.Tensor, tiles: torch.Tensor, actions: torch.Tensor, eligible: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced logits [B, N, n_actions] for every slice; ineligible cells are -inf."""
-        x = torch.cat([self.embed_meta(meta).unsqueeze(1), self.step_tokens(rtg, tiles, actions, 0)], dim=1)
+    def forward(self, meta: torch.Tensor, rtg: torch.Tensor, summary: torch.Tensor, chosen: torch.Tensor, groups: torch.Tensor,
+                valid: torch.Tensor, steps: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """Teacher-forced scores [B, K, G] of every candidate group at K slices (`steps` [B, K], default
+        all N); invalid groups are -inf. meta [B, M], rtg [B, N], summary [B, N, S], chosen [B, N, D]
+        (the data's groups' features), groups [B, K, G, D] (every group's features at those steps), valid [B, G]."""
+        x = torch.cat([self.embed_meta(meta).unsqueeze(1), self.step_tokens(rtg, summary, chosen)], dim=1)
         x = self.drop(x)
         for block in self.blocks:
             x = block(x)
         h = self.ln_f(x[:, 2::3])  # hidden states at the state tokens, [B, N, E]
-        return self.head(h).masked_fill(~eligible.unsqueeze(1), float("-inf"))
+        if steps is not None:
+            h = torch.gather(h, 1, steps[..., None].expand(-1, -1, h.shape[-1]))
+        return self.head(h, groups, valid)
 
-    def action_token(self, actions: torch.Tensor, t: int) -> torch.Tensor:
-        """Embedding of slice t's chosen action, [B] -> [B, 1, E] (rollout)."""
-        return (self.embed_action(actions) + self.embed_slice.weight[t] + self.embed_kind.weight[2]).unsqueeze(1)
+    def action_token(self, chosen: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
+        """Embedding of a slice's chosen group (rollout): chosen [B, D] and that step's summary [B, S] -> [B, 1, E]."""
+        pos = self.embed_slice(fourier(summary[:, 1]))
+        return (self.embed_action(chosen) + pos + self.embed_kind.weight[2]).unsqueeze(1)
 
     def new_caches(self, batch: int, max_tokens: int | None = None) -> list[KVCache]:
         """Empty per-layer KV caches for a rollout of `batch` episodes (default: meta + 3 tokens per slice)."""
         c = self.cfg
-        p = self.head.weight
+        p = self.embed_meta.weight
         n = max_tokens or 1 + 3 * c.n_slices
         causal = torch.ones(n, n, dtype=torch.bool, device=p.device).tril()
         return [KVCache(batch, c.n_head, c.n_embd // c.n_head, causal, p.dtype) for _ in self.blocks]

@@ -21,7 +21,7 @@ import torch
 
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.schedule import Schedule
-from pmoss.data.state import RunningTile, eligibility, tile_cells
+from pmoss.data.state import RunningState, as_tensors, machine_arrays
 from pmoss.data.tokens import encode_snapshot
 from pmoss.learn.bundle import Bundle
 
@@ -31,8 +31,6 @@ Mode = Literal["greedy", "sample", "best-of-k"]
 def snapshot_inputs(bundle: Bundle, machine: Machine, row: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     """Normalised (meta [M], feats [N, F]) and per-slice load shares [N] from a raw snapshot row."""
     s = bundle.stats
-    if row["n_slices"] != bundle.config.n_slices:
-        raise ValueError(f"snapshot: has {row['n_slices']} slices, the model schedules {bundle.config.n_slices}")
     feats, mask, meta = encode_snapshot(row, machine)
     feats = (feats - np.asarray(s.feature_mean)) / np.asarray(s.feature_std) * mask
     meta = (meta - np.asarray(s.meta_mean)) / np.asarray(s.meta_std)
@@ -57,19 +55,23 @@ def algo_of(bundle: Bundle) -> str:
 @torch.inference_mode()
 def rollout(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, target_factor: float = 2.0, batch: int = 1,
-    temperature: float = 0.0, cap: int | None = None, seed: int = 0, model: torch.nn.Module | None = None,
+    temperature: float = 0.0, cap: float | None = None, seed: int = 0, model: torch.nn.Module | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`batch` rollouts in parallel; returns (worker actions [B, N], log-likelihoods [B]). temperature 0 = greedy."""
-    cfg = bundle.config
+    """`batch` rollouts in parallel; returns (candidate-group indices [B, N], log-likelihoods [B]).
+    temperature 0 = greedy. Any machine and any slice count: nothing in the model has their size."""
     model = model or bundle.model()
     meta, feats, share = snapshot_inputs(bundle, machine, row)
-    N, R, K = cfg.n_slices, cfg.tile_rows, cfg.tile_cols
-    elig = eligibility(machine, R, K).unsqueeze(0).expand(batch, -1)  # [B, A]
-    # Default: the fair share, as every one-core heuristic places; 2x it let cores run double load (0.62 -> 0.94 of the best one-core baseline on the demo).
+    N = len(share)
+    m = {k: v.unsqueeze(0).expand(batch, *v.shape) for k, v in as_tensors(machine_arrays(machine)).items()}
+    valid = m["m_group_valid"]  # [B, G]
+    member = m["m_member"][0] > 0  # [G, W]
+    share_of = m["m_member"][0]  # [G, W] what one slice adds to each member, in slices
+    # A cap of k slices per worker (inference only; a slice counts 1/|g| on each member of its group).
+    # Default: the fair share, as every one-core heuristic places (2x it let cores run double load).
     cap = cap or math.ceil(N / machine.n_workers)
     gen = torch.Generator().manual_seed(seed)
-    tile = RunningTile(elig, N, cfg.n_features, R, K)
-    caches = model.new_caches(batch)
+    state = RunningState(m, torch.as_tensor(feats), torch.as_tensor(share, dtype=torch.float32))
+    caches = model.new_caches(batch, 1 + 3 * N)
     algo_of(bundle)  # a bundle of an unknown algorithm fails here, not with a wrong schedule
     # Return-to-go before each slice, [N]: the target minus the snapshot's load share already placed,
     # a float32 running total (bc/cql models ignore it: use_return=False).
@@ -78,36 +80,38 @@ def rollout(
     for t in range(N):
         rtg_seq[t] = rtg
         rtg = rtg - float(share[t] * target_factor)
-    blocked = ~elig.clone()  # [B, A] ineligible cells, and cores that reached the cap
+    occ = torch.zeros(batch, machine.n_workers)  # slices per worker
     chosen = torch.zeros(batch, N, dtype=torch.long)
     loglik = torch.zeros(batch)
     rows = torch.arange(batch)
     x = model.embed_meta(meta).expand(batch, 1, -1)  # [B, 1, E]
     for t in range(N):
-        x = torch.cat([x, model.step_tokens(rtg_seq[t].expand(batch, 1), tile.tile(), None, t)], dim=1)  # + rtg_t, state_t
-        h = model.extend(x, caches)[:, -1]  # [B, E] at state_t
-        logp = torch.log_softmax(model.head(h).masked_fill(blocked, float("-inf")), -1)  # [B, A]
+        summary, groups = state.features()  # [B, 1, S], [B, 1, G, D]
+        x = torch.cat([x, model.step_tokens(rtg_seq[t].expand(batch, 1), summary, None)], dim=1)  # + rtg_t, state_t
+        h = model.extend(x, caches)[:, -1:]  # [B, 1, E] at state_t
+        after = (occ[:, None, :] + share_of).masked_fill(~member, 0).amax(-1)  # [B, G] busiest member with slice t added
+        blocked = ~valid | (after > cap + 1e-6)
+        blocked &= ~blocked.all(-1, keepdim=True)  # never block everything: a cap that fits no group yields
+        logp = torch.log_softmax(model.head(h, groups, valid)[:, 0].masked_fill(blocked, float("-inf")), -1)  # [B, G]
         a = logp.argmax(-1) if temperature <= 0 else torch.multinomial(torch.softmax(logp / temperature, -1), 1, generator=gen).squeeze(-1)
         loglik += logp[rows, a]
         chosen[:, t] = a
-        tile.place(a, feats[t].expand(batch, -1))
-        blocked[rows, a] |= tile.occ[rows, a] >= cap
-        x = model.action_token(a, t)  # fed with the next step's tokens
-    cell_to_worker = torch.full((R * K,), -1, dtype=torch.long)
-    cell_to_worker[torch.tensor(tile_cells(machine, K))] = torch.arange(machine.n_workers)
-    return cell_to_worker[chosen].numpy(), loglik.numpy()
+        state.place(a)
+        occ += share_of[a]
+        x = model.action_token(groups[rows, 0, a], summary[:, 0])  # fed with the next step's tokens
+    return chosen.numpy(), loglik.numpy()
 
 
 def propose(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, mode: Mode = "greedy", k: int = 8, temperature: float = 1.0,
-    target_factor: float = 2.0, cap: int | None = None, seed: int = 0, score: Callable[[Schedule], float] | None = None,
+    target_factor: float = 2.0, cap: float | None = None, seed: int = 0, score: Callable[[Schedule], float] | None = None,
 ) -> Schedule:
     """A validated `learned` schedule. best-of-k ranks k samples by `score` (e.g. a simulator) or by likelihood."""
     batch = 1 if mode == "greedy" else k if mode == "best-of-k" else 1
     temp = 0.0 if mode == "greedy" else temperature
     actions, loglik = rollout(bundle, machine, row, target_factor=target_factor, batch=batch, temperature=temp, cap=cap, seed=seed)
     provenance = {"model": bundle.info.get("registered_as") or bundle.info.get("algo", "dt"), "mode": mode, "seed": seed, "target_factor": target_factor}
-    candidates = [Schedule.from_actions(machine, a.tolist(), **provenance) for a in actions]
+    candidates = [Schedule.from_groups(machine, a, **provenance) for a in actions]
     if len(candidates) == 1:
         best = candidates[0]
     elif score is not None:

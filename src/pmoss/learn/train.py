@@ -25,7 +25,7 @@ import torch
 
 from pmoss.contracts.errors import PmossError
 from pmoss.data.dataset import load_tokens
-from pmoss.data.state import eligibility, tile_cells
+from pmoss.data.state import as_tensors, machine_arrays, pad_of
 from pmoss.data.tokens import Stats
 from pmoss.learn.algorithms import build_algorithm
 from pmoss.learn.bundle import BUNDLE_FILE, Bundle, load_bundle, save_bundle
@@ -76,12 +76,15 @@ class EpisodeArrays(torch.utils.data.Dataset):
         meta = np.stack(t["meta"].to_numpy(zero_copy_only=False)) if self.size else np.zeros((0, len(s.meta_names)))
         self.meta = ((meta - np.asarray(s.meta_mean)) / np.asarray(s.meta_std)).astype(np.float32)
         names, workloads = t["machine"].to_pylist(), t["workload"].to_pylist()
-        cells = {m: np.asarray(tile_cells(machines[m], s.tile_cols)) for m in set(names)}
-        elig = {m: eligibility(machines[m], s.tile_rows, s.tile_cols).numpy() for m in set(names)}
-        actions = t["actions"].to_pylist()
-        self.cells = np.stack([cells[m][np.asarray(a)] for m, a in zip(names, actions, strict=True)]) if self.size else np.zeros((0, n), int)
-        self.eligible = np.stack([elig[m] for m in names]) if self.size else np.zeros((0, s.tile_rows * s.tile_cols), bool)
+        self.actions = np.stack(t["actions"].to_numpy(zero_copy_only=False)).astype(np.int64) if self.size else np.zeros((0, n), np.int64)
+        # Each episode's machine as padded index arrays (data/state.py), so machines of any size batch together.
+        used = sorted(set(names))
+        pad = pad_of([machines[m] for m in used]) if used else (1, 1, 1)
+        self.machine_tensors = {m: as_tensors(machine_arrays(machines[m], pad)) for m in used}
+        self.machine_of = names
         rewards = np.stack(t["rewards"].to_numpy(zero_copy_only=False)) if self.size else np.zeros((0, n))
+        # The slice's share of queries: set by the workload's key distribution (visible at its own step, state.py).
+        self.share = (rewards / np.maximum(rewards.sum(1, keepdims=True), 1e-12)).astype(np.float32)
         best = np.asarray([s.best(m, w) for m, w in zip(names, workloads, strict=True)])
         # Return-to-go scaled to O(1) by the best return of the machine x workload (not raw 1e2-1e3).
         self.rtg = (np.flip(np.cumsum(np.flip(rewards, 1), 1), 1) / best[:, None]).astype(np.float32) if self.size else rewards.astype(np.float32)
@@ -96,8 +99,8 @@ class EpisodeArrays(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         return {
             "meta": torch.from_numpy(self.meta[i]), "feats": torch.from_numpy(self.feats[i]),
-            "cells": torch.from_numpy(self.cells[i]).long(), "eligible": torch.from_numpy(self.eligible[i]),
-            "rtg": torch.from_numpy(self.rtg[i]),
+            "actions": torch.from_numpy(self.actions[i]), "share": torch.from_numpy(self.share[i]),
+            "rtg": torch.from_numpy(self.rtg[i]), **self.machine_tensors[self.machine_of[i]],
         }  # fmt: skip
 
 
@@ -172,7 +175,7 @@ def build_learner(algorithm):
         def _common_step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
             parts = self.algo.losses(batch)
             self.log_dict({f"{stage}/{k}": v.detach() if k != "loss" else v for k, v in parts.items()}, prog_bar=stage == "train",
-                          batch_size=len(batch["cells"]), sync_dist=stage != "train")  # fmt: skip
+                          batch_size=len(batch["actions"]), sync_dist=stage != "train")  # fmt: skip
             return parts["loss"]
 
         def training_step(self, batch, batch_idx):
@@ -203,7 +206,7 @@ def build_learner(algorithm):
 
 def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConfig:
     return DTConfig(**{**cfg.model, "n_slices": stats.n_slices, "n_features": len(stats.feature_names), "n_meta": len(stats.meta_names),
-                       "tile_rows": stats.tile_rows, "tile_cols": stats.tile_cols, "use_return": algo == "dt"})  # fmt: skip
+                       "use_return": algo == "dt"})  # fmt: skip
 
 
 def git_commit() -> str:

@@ -84,9 +84,6 @@ def check_inputs(cfg: PostTrainConfig) -> tuple[Machine, Any, Pool]:
     if not (Path(cfg.model) / "model.pt").is_file() and not Path(cfg.model).is_file():
         raise PostTrainError(f"--model {cfg.model}: no model bundle (model.pt) there; train one first (`pmoss train ... -o {cfg.model}`)")
     bundle = load_bundle(cfg.model)
-    rows, cols = bundle.config.tile_rows, bundle.config.tile_cols
-    if machine.numa_nodes > rows or max(map(len, machine.workers_by_node)) > cols:
-        raise PostTrainError(f"--machine {cfg.machine}: does not fit the core tile ({rows}x{cols}) of --model {cfg.model}; pre-train with a larger tile")
     return machine, bundle, target_pool(cfg, bundle.config.n_slices)
 
 

@@ -276,7 +276,7 @@ def hit_rates(hw: HW, prof: SliceProfile, pl: Placement) -> dict[str, np.ndarray
     the share of it the runtime gets (calibration `l3_share`: a host whose L3 domain other
     tenants use, §14.3; 1 on the pool machines), plus, where the L3 is a victim cache of the L2s
     (`Uarch.l3_victim`), the distinct L2s below it: their lines are not also in the L3."""
-    G = max(hw.n_workers, hw.n_cores, hw.n_domains)
+    G = hw.groups.n_cache_groups
     caches = hw.machine.caches
     cal = hw.calibration
     l3_share = 1.0 if cal is None or cal.l3_share is None else cal.l3_share
@@ -297,9 +297,8 @@ def distinct_below(inner: np.ndarray, outer: np.ndarray, n_groups: int) -> np.nd
     of one-core kinds fill different L2s below one L3, a shared group's L2s all hold the same
     hot set (one L2's worth of distinct lines)."""
     B, _ = inner.shape
-    key = (np.arange(B)[:, None] * n_groups + outer) * n_groups + inner
-    present = np.bincount(key.ravel(), minlength=B * n_groups * n_groups) > 0
-    return present.reshape(B, n_groups, n_groups).sum(2).astype(float)
+    pairs = np.unique(((np.arange(B)[:, None] * n_groups + outer) * n_groups + inner).ravel())
+    return np.bincount(pairs // n_groups, minlength=B * n_groups).reshape(B, n_groups).astype(float)
 
 
 def che_hits(rate: np.ndarray, count: np.ndarray, group: np.ndarray, n_groups: int, capacity) -> np.ndarray:

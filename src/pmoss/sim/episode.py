@@ -237,7 +237,7 @@ def episode_counts(hw: HW, prof: SliceProfile, pl: Placement, sol: Solution, d: 
     noise = np.exp(NOISE_COUNTER * z[:, sizes[1] : sizes[2]]).reshape(B, F, n)
     # Miss rates like 1 - hit can round to -1e-8: counts are physical, so clip at zero.
     out = {name: exact * np.maximum(v, 0.0) * noise[:, i] for i, (name, v) in enumerate(per_q.items())}
-    out["context_switches"] = _idle_wakeups(pl, sol, prof, window_s)
+    out["context_switches"] = _idle_wakeups(hw, pl, sol, prof, window_s)
     out["queries"] = np.rint(exact).astype(np.int64)
     out["throughput"] = out["queries"].sum(1) / window_s
     volume = sol.X * window_s * ep[:, 0]  # [B] queries of the whole workload
@@ -249,18 +249,19 @@ def episode_counts(hw: HW, prof: SliceProfile, pl: Placement, sol: Solution, d: 
     return out
 
 
-def _idle_wakeups(pl: Placement, sol: Solution, prof: SliceProfile, window_s: float) -> np.ndarray:
-    """An idle worker sleeps on its queue and each wakeup is a context switch; a group's wakeups
-    are charged to its slices in proportion to their queries. -> [B, N]"""
+def _idle_wakeups(hw: HW, pl: Placement, sol: Solution, prof: SliceProfile, window_s: float) -> np.ndarray:
+    """An idle worker sleeps on its queue and each wakeup is a context switch; a thread's wakeups
+    are charged to the slices it serves in proportion to their queries on it. -> [B, N]"""
     B, W = sol.thread_util.shape
-    idle = 1 - np.minimum(sol.thread_util, 1.0)  # [B, W]
-    tkey = (pl.thread_group + W * np.arange(B)[:, None]).ravel()
-    gkey = (pl.exec_group + W * np.arange(B)[:, None]).ravel()
-    group_idle = np.bincount(tkey, idle.ravel(), B * W)  # thread-seconds idle per second, per group
-    share = np.broadcast_to(prof.share, pl.exec_group.shape).ravel()
-    group_share = np.bincount(gkey, share, B * W)
-    charged = group_idle[gkey] * share / np.maximum(group_share[gkey], 1e-300)
-    return (charged * IDLE_WAKEUPS_PER_S * window_s).reshape(B, -1)
+    member = hw.groups.member  # [Gx, W]
+    Gx = member.shape[0]
+    idle = 1 - np.minimum(sol.thread_util, 1.0)  # [B, W] thread-seconds idle per second
+    key = (pl.exec_group + Gx * np.arange(B)[:, None]).ravel()
+    group_share = np.bincount(key, np.broadcast_to(prof.share, pl.exec_group.shape).ravel(), B * Gx).reshape(B, Gx)
+    load = group_share @ member  # [B, W] share of the queries each thread serves
+    per_group = (idle / np.maximum(load, 1e-300)) @ member.T  # [B, Gx] idle charged per unit of share
+    charged = np.take_along_axis(per_group, pl.exec_group, axis=1) * prof.share[None, :]
+    return charged * IDLE_WAKEUPS_PER_S * window_s
 
 
 def _rows(inp: Inputs, schedules: list[Schedule], seeds: list[int], runs: list[int], ids: list[str],

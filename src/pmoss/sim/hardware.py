@@ -12,6 +12,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from pmoss.contracts.groups import groups_of
 from pmoss.contracts.machine import Machine
 from pmoss.sim.profile import NODE_BYTES
 
@@ -73,6 +74,7 @@ class HW:
     l2_nodes: float  # cache capacities in 4 KiB tree nodes
     l3_nodes: float
     l4_nodes: float  # per node, 0 without an L4
+    groups: ExecGroups  # the execution groups a slice can be given (contracts/groups.py + "every worker")
     calibration: Calibration | None = None  # measured per-host constants (None: the tables)
 
     @property
@@ -194,6 +196,46 @@ def _dense(values: list[int]) -> np.ndarray:
     return inv.astype(np.int64)
 
 
+@dataclass(frozen=True)
+class ExecGroups:
+    """Execution groups as arrays: the machine's candidate groups (index g < G, contracts/groups.py)
+    and one more, index G, for "every worker" (the os-* and se-numa kinds). Cache-group ids: a
+    group that fits one physical core shares that core's L2 (id = its core), else its own L2 id;
+    a group inside one L3 domain shares that domain's L3, else its own (ids: cores and domains
+    below `offset`, groups from it), as the shared kinds always were (docs/machine-model.md §5)."""
+
+    member: np.ndarray  # [G+1, W] 1/|g| where worker w is in g
+    node: np.ndarray  # [G+1] node of the group (-1: every worker)
+    size: np.ndarray  # [G+1] threads
+    span: np.ndarray  # [G+1] L3 domains among its threads
+    l2: np.ndarray  # [G+1] L2 cache-group id
+    l3: np.ndarray  # [G+1] L3 cache-group id
+    E: np.ndarray  # [G+1, M] share of its queries executed per node
+    n_cache_groups: int
+
+    @property
+    def every_worker(self) -> int:
+        return self.node.size - 1
+
+
+def _exec_groups(m: Machine, node: np.ndarray, domain: np.ndarray, core: np.ndarray) -> ExecGroups:
+    g = groups_of(m)
+    W, M = node.size, m.numa_nodes
+    member = np.vstack([g.member, np.ones((1, W), bool)])
+    size = member.sum(1)
+    span = np.array([np.unique(domain[row]).size for row in member])
+    one_core = np.array([np.unique(core[row]).size == 1 for row in member])
+    offset = max(int(core.max()), int(domain.max())) + 1
+    ids = offset + np.arange(member.shape[0])
+    first = member.argmax(1)
+    E = np.vstack([np.eye(M)[g.node], np.bincount(node, minlength=M)[None] / W])
+    return ExecGroups(
+        member=member / size[:, None], node=np.append(g.node, -1), size=size, span=span.astype(float),
+        l2=np.where(one_core, core[first], ids), l3=np.where(span == 1, domain[first], ids), E=E,
+        n_cache_groups=int(ids[-1]) + 1,
+    )  # fmt: skip
+
+
 def _build(m: Machine) -> HW:
     cpus = [m.cpu_by_id[c] for c in m.worker_cpus]
     node = np.array([c.node for c in cpus])
@@ -209,7 +251,7 @@ def _build(m: Machine) -> HW:
         workers_per_node=np.bincount(node, minlength=m.numa_nodes), domains_per_node=dom_per_node,
         dist_ns=dist, c2c_ns=C2C_FACTOR * dist, bw_bytes=np.array(m.mem_bandwidth_gbps) * 1e9,
         route=route, link_bytes=link_bytes, l2_nodes=m.caches.l2_kib * 1024 / NODE_BYTES,
-        l3_nodes=m.caches.l3_mib * 2**20 / NODE_BYTES, l4_nodes=l4,
+        l3_nodes=m.caches.l3_mib * 2**20 / NODE_BYTES, l4_nodes=l4, groups=_exec_groups(m, node, domain, core),
     )  # fmt: skip
 
 

@@ -126,10 +126,7 @@ def _coherence(pl: Placement, wfrac: np.ndarray, hits: tuple, leaf_hits: tuple) 
 
 def _threads_per_slice(pl: Placement) -> np.ndarray:
     """[B, N] threads sharing the execution of each slice."""
-    B, W = pl.thread_group.shape
-    tkey = pl.thread_group + W * np.arange(B)[:, None]
-    n = np.bincount(tkey.ravel(), minlength=B * W)
-    return n[pl.exec_group + W * np.arange(B)[:, None]]
+    return pl.threads
 
 
 def _instructions(prof: SliceProfile, obj: Objects, pl: Placement, scan_key_insn: float = INSN_SCAN_KEY) -> np.ndarray:
@@ -177,11 +174,17 @@ def queue_factor(rho: np.ndarray) -> np.ndarray:
 
 
 class _Loads:
-    """Everything the fixed point needs that does not depend on X (§7, §10)."""
+    """Everything the fixed point needs that does not depend on X (§7, §10).
+
+    Per-thread loads go through the execution groups: what each group carries (a bincount over its
+    slices) spread over its threads by hw.groups.member [G+1, W] (1/|g| per member), so groups
+    of different slices may overlap (a thread serves its own slices and wider groups' shares)."""
 
     def __init__(self, hw: HW, prof: SliceProfile, pl: Placement, d: Demand):
-        B, W = pl.thread_group.shape
+        B = pl.exec_group.shape[0]
         M = hw.n_nodes
+        member = hw.groups.member  # [Gx, W]
+        Gx = member.shape[0]
         p = prof.share[None, :, None]  # [1, N, 1]
         rd = (p * d.read_lines[..., None] * LINE * pl.E).transpose(0, 2, 1) @ pl.P  # [B, Mcore, Mmem]
         wr = (p * d.wb_lines[..., None] * LINE * pl.E).transpose(0, 2, 1) @ pl.P
@@ -190,33 +193,37 @@ class _Loads:
         self.link = np.einsum("bij,ijd->bd", flow, hw.route)  # [B, 2L]
         self.on_route = hw.route.transpose(1, 0, 2) > 0  # [Mcore, Mmem, 2L]: path of a read
         self.local = np.einsum("bnm,bnm->bn", pl.E, pl.P)  # [B, N]
-        key = pl.exec_group + W * np.arange(B)[:, None]  # [B, N] group of each slice
-        self.tkey = (pl.thread_group + W * np.arange(B)[:, None]).ravel()  # [B*W]
-        n_threads = np.bincount(self.tkey, minlength=B * W)[self.tkey].reshape(B, W)
-        per_thread = lambda v: np.bincount(key.ravel(), (prof.share * v).ravel(), B * W)[self.tkey].reshape(B, W) / n_threads
-        self.comp, self.fixed = per_thread(d.comp_ns), per_thread(d.fixed_ns)  # [B, W] ns per query
-        # memory-latency weight per thread and (core node, memory node) pair: [B, W, M*M]
+        key = (pl.exec_group + Gx * np.arange(B)[:, None]).ravel()  # [B*N] group of each slice
+        self.per_group = lambda v: np.bincount(key, v.ravel(), B * Gx).reshape(B, Gx)  # [B, N] -> [B, Gx]
+        per_thread = lambda v: self.per_group(prof.share * v) @ member  # [B, W] ns per workload query
+        self.comp, self.fixed = per_thread(d.comp_ns), per_thread(d.fixed_ns)
+        # memory-latency weight per group and (core node, memory node) pair: [B, Gx, M*M]
         ep = (prof.share[None, :, None, None] * d.mem_dep[..., None, None] * pl.E[..., :, None] * pl.P[..., None, :])
-        ekey = (key[..., None] * M * M + np.arange(M * M)).ravel()
-        self.mem_w = np.bincount(ekey, ep.ravel(), B * W * M * M).reshape(B * W, M * M)[self.tkey].reshape(B, W, M * M)
-        self.mem_w /= n_threads[..., None]
+        ekey = (key.reshape(B, -1)[..., None] * M * M + np.arange(M * M)).ravel()
+        self.mem_g = np.bincount(ekey, ep.ravel(), B * Gx * M * M).reshape(B, Gx, M * M)
+        self.member = member
         cal = hw.calibration
         self.batch_ns = None if cal is None or cal.batch_ns is None else cal.batch_ns
         self._cal = cal
-        self._share, self._pl, self._key, self._n_threads = prof.share, pl, key, n_threads
+        self._share, self._pl = prof.share, pl
+
+    def mem_thread(self, lat: np.ndarray) -> np.ndarray:
+        """Memory stall per thread and workload query [B, W] at latencies lat [B, Mcore, Mmem]."""
+        B = lat.shape[0]
+        return (self.mem_g @ lat.reshape(B, -1, 1))[..., 0] @ self.member
 
     def batch_slice_ns(self, X: np.ndarray) -> np.ndarray:
         """Per-batch cost per query of each slice at X [B] -> [B, N] (0 without batch_ns)."""
         if self.batch_ns is None:
-            return np.zeros(self._key.shape)
+            return np.zeros(self._pl.exec_group.shape)
         cal = self._cal
         return self.batch_ns * batches_per_query(self._share, self._pl, X, cal.batch_queries, cal.batch_wait_us * 1e-6)
 
     def batch_thread_ns(self, X: np.ndarray) -> np.ndarray:
         """The same per thread and workload query [B, W] (a group's work spread over its threads)."""
-        B, W = self._n_threads.shape
-        v = self.batch_slice_ns(X) * self._share
-        return np.bincount(self._key.ravel(), v.ravel(), B * W)[self.tkey].reshape(B, W) / self._n_threads
+        if self.batch_ns is None:
+            return np.zeros(self.comp.shape)
+        return self.per_group(self.batch_slice_ns(X) * self._share) @ self.member
 
 
 def loaded_latency(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -238,7 +245,7 @@ def thread_util(hw: HW, ld: _Loads, lat: np.ndarray, X: np.ndarray) -> np.ndarra
     A group's work is spread evenly over its threads; a busy sibling slows a thread's compute by
     beta_c and its stalls by beta_m, times the sibling's utilisation."""
     B, W = ld.comp.shape
-    stall = ld.fixed + ld.batch_thread_ns(X) + (ld.mem_w @ lat.reshape(B, -1, 1))[..., 0]  # [B, W] ns per workload query
+    stall = ld.fixed + ld.batch_thread_ns(X) + ld.mem_thread(lat)  # [B, W] ns per workload query
     c, m = ld.comp * X[:, None] * 1e-9, stall * X[:, None] * 1e-9
     u = c + m
     ckey = (hw.worker_core[None, :] + hw.n_cores * np.arange(B)[:, None]).ravel()
@@ -312,19 +319,19 @@ def _solution(hw: HW, pl: Placement, d: Demand, ld: _Loads, X: np.ndarray) -> So
     lat, rho_mem, rho_link = loaded_latency(hw, ld, X)
     mem_ns = np.einsum("bnm,bmk,bnk->bn", pl.E, lat, pl.P)  # [B, N]
     util = thread_util(hw, ld, lat, X)
-    base = (ld.comp + ld.fixed + ld.batch_thread_ns(X) + (ld.mem_w @ lat.reshape(X.size, -1, 1))[..., 0]) * X[:, None] * 1e-9
+    base = (ld.comp + ld.fixed + ld.batch_thread_ns(X) + ld.mem_thread(lat)) * X[:, None] * 1e-9
     return Solution(
         X=X, t_ns=d.comp_ns + d.fixed_ns + ld.batch_slice_ns(X) + d.mem_dep * mem_ns, mem_ns=mem_ns, thread_util=util,
         rho_mem=rho_mem, rho_link=rho_link, node_read_bytes=ld.node_read, node_write_bytes=ld.node_write,
-        link_bytes=ld.link, local_share=ld.local, smt_slowdown=_group_mean(pl, util / np.maximum(base, 1e-300), base > 0),
+        link_bytes=ld.link, local_share=ld.local, smt_slowdown=_group_mean(hw, pl, util / np.maximum(base, 1e-300), base > 0),
         bound=bound,
     )  # fmt: skip
 
 
-def _group_mean(pl: Placement, per_thread: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Mean of a per-thread value [B, W] over each slice's execution group -> [B, N]."""
-    B, W = per_thread.shape
-    tkey = (pl.thread_group + W * np.arange(B)[:, None]).ravel()
-    total = np.bincount(tkey, np.where(valid, per_thread, 0).ravel(), B * W)
-    n = np.maximum(np.bincount(tkey, valid.ravel().astype(float), B * W), 1)
-    return np.maximum((total / n)[pl.exec_group + W * np.arange(B)[:, None]], 1.0)
+def _group_mean(hw: HW, pl: Placement, per_thread: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Mean of a per-thread value [B, W] over each slice's execution group (its valid threads) -> [B, N]."""
+    member = hw.groups.member  # [Gx, W]
+    total = np.where(valid, per_thread, 0.0) @ member.T  # [B, Gx]
+    n = valid.astype(float) @ member.T
+    per_group = np.where(n > 0, total / np.maximum(n, 1e-300), 1.0)
+    return np.maximum(np.take_along_axis(per_group, pl.exec_group, axis=1), 1.0)

@@ -1,9 +1,10 @@
 """Schedules as arrays: who executes each slice and where its memory lives (batched).
 
-A slice belongs to one *execution group* (a set of worker threads that share its queries evenly):
-one thread for the one-core kinds, the node's workers for sn-numa, every worker for the
-shared-everything kinds. E[s, m] is the share of slice s's queries executed on node m, P[s, m]
-the share of its memory on node m. docs/machine-model.md §5.
+A slice belongs to one *execution group*, a set of worker threads that share its queries evenly
+(docs/contracts.md): one of the machine's candidate groups (a thread, a physical core, an L3
+domain or a node, cut to the slice's node; `hw.groups`), or every worker for the os-* and se-numa
+kinds. Groups of different slices may overlap. E[s, m] is the share of slice s's queries executed
+on node m, P[s, m] the share of its memory on node m. docs/machine-model.md §5.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule
+from pmoss.contracts.schedule import ANY_WORKER_KINDS, ONE_CORE_KINDS, Schedule
 from pmoss.sim.hardware import HW
 
 LOADER_NODE = 0  # os-default: one loader thread first-touches every bulk-loaded page, on node 0
@@ -20,15 +21,15 @@ LOADER_NODE = 0  # os-default: one loader thread first-touches every bulk-loaded
 
 @dataclass
 class Placement:
-    """B episodes over N slices; W workers, M nodes. Group ids < W; cache-group ids < max(W, C, D)."""
+    """B episodes over N slices, M nodes. Group ids index `hw.groups`; cache-group ids < hw.groups.n_cache_groups."""
 
     exec_group: np.ndarray  # [B, N] execution group of each slice
-    thread_group: np.ndarray  # [B, W] execution group of each worker thread
     E: np.ndarray  # [B, N, M] share of queries executed per node
     P: np.ndarray  # [B, N, M] share of memory per node
-    l2_group: np.ndarray  # [B, N] slices competing for the same L2 (one physical core, or the group)
-    l3_group: np.ndarray  # [B, N] slices competing for the same L3 domain (or the group)
-    span: np.ndarray  # [B, N] L3 domains whose threads execute the slice (1 = one-core)
+    l2_group: np.ndarray  # [B, N] slices competing for the same L2 (one physical core, or the group's own)
+    l3_group: np.ndarray  # [B, N] slices competing for the same L3 domain (or the group's own)
+    span: np.ndarray  # [B, N] L3 domains whose threads execute the slice (1 = inside one domain)
+    threads: np.ndarray  # [B, N] threads sharing the slice's queries
 
     @property
     def shared(self) -> np.ndarray:  # [B, N]
@@ -38,16 +39,19 @@ class Placement:
 FIELDS = tuple(Placement.__dataclass_fields__)
 
 
+def from_groups(hw: HW, groups: np.ndarray, P: np.ndarray | None = None) -> Placement:
+    """Any schedules given as execution-group indices [B, N] (into hw.groups); memory on the group's
+    node unless P [B, N, M] says otherwise."""
+    eg = hw.groups
+    groups = np.asarray(groups, dtype=np.int64)
+    E = eg.E[groups]
+    return Placement(exec_group=groups, E=E, P=E if P is None else P, l2_group=eg.l2[groups], l3_group=eg.l3[groups],
+                     span=eg.span[groups], threads=eg.size[groups].astype(float))  # fmt: skip
+
+
 def from_actions(hw: HW, actions: np.ndarray) -> Placement:
-    """One-core schedules given as worker indices. actions: [B, N] ints in [0, W)."""
-    B, _ = actions.shape
-    eye = np.eye(hw.n_nodes)
-    node = hw.worker_node[actions]  # [B, N]
-    return Placement(
-        exec_group=actions, thread_group=np.broadcast_to(np.arange(hw.n_workers), (B, hw.n_workers)),
-        E=eye[node], P=eye[node], l2_group=hw.worker_core[actions], l3_group=hw.worker_domain[actions],
-        span=np.ones(actions.shape),
-    )  # fmt: skip
+    """One-core schedules given as worker indices [B, N] in [0, W) (a thread's group index is its worker index)."""
+    return from_groups(hw, actions)
 
 
 def one_core_actions(hw: HW, schedule: Schedule) -> np.ndarray | None:
@@ -63,41 +67,40 @@ def one_core_actions(hw: HW, schedule: Schedule) -> np.ndarray | None:
     return actions
 
 
+def schedule_groups(hw: HW, schedule: Schedule) -> np.ndarray:
+    """Execution-group index of every slice [N] of a validated schedule (any kind)."""
+    if schedule.kind in ANY_WORKER_KINDS:
+        return np.full(schedule.n_slices, hw.groups.every_worker)
+    return schedule.group_index(hw.machine)
+
+
 def from_schedules(hw: HW, schedules: list[Schedule], actions: list[np.ndarray | None] | None = None) -> Placement:
-    """Any mix of kinds (validated schedules of equal length); one-core ones are batched.
-    `actions`: their worker indices when the caller has them already (else computed here)."""
-    one = [i for i, s in enumerate(schedules) if s.kind in ONE_CORE_KINDS]
-    parts: dict[int, Placement] = {}
-    if one:
-        acts = [actions[i] if actions and actions[i] is not None else one_core_actions(hw, schedules[i]) for i in one]
-        batch = from_actions(hw, np.stack(acts))
-        for j, i in enumerate(one):
-            parts[i] = Placement(*(np.asarray(getattr(batch, f))[j] for f in FIELDS))
-    for i, s in enumerate(schedules):
-        if i not in parts:
-            parts[i] = _shared(hw, s)
-    return Placement(*(np.stack([getattr(parts[i], f) for i in range(len(schedules))]) for f in FIELDS))
+    """Any mix of kinds (validated schedules of equal length). `actions`: worker indices of the
+    one-core ones when the caller has them already (their group indices)."""
+    groups = np.stack([_groups(hw, s, actions[i] if actions else None) for i, s in enumerate(schedules)])
+    P = None
+    placed = [s.kind for s in schedules]
+    if any(k in ("os-default", "os-interleave", "se-numa") for k in placed):
+        P = hw.groups.E[groups].copy()
+        M = hw.n_nodes
+        for b, s in enumerate(schedules):
+            if s.kind == "os-default":
+                P[b] = np.eye(M)[LOADER_NODE]
+            elif s.kind == "os-interleave":
+                P[b] = 1.0 / M
+            elif s.kind == "se-numa":
+                P[b] = np.eye(M)[np.asarray(s.node)]
+    return from_groups(hw, groups, P)
 
 
-def _shared(hw: HW, schedule: Schedule) -> Placement:
-    """os-default / os-interleave / se-numa execute on all workers; sn-numa on the node's workers."""
-    n, M = schedule.n_slices, hw.n_nodes
-    node = np.array(schedule.node)
-    eye = np.eye(M)
-    if schedule.kind == "os-default":
-        P = np.broadcast_to(eye[LOADER_NODE], (n, M))
-    elif schedule.kind == "os-interleave":
-        P = np.full((n, M), 1.0 / M)
-    else:
-        P = eye[node]
-    if schedule.kind == "sn-numa":
-        group, thread_group, E = node, hw.worker_node.copy(), eye[node]
-        span = hw.domains_per_node[node].astype(float)
-    else:
-        group, thread_group = np.zeros(n, dtype=np.int64), np.zeros(hw.n_workers, dtype=np.int64)
-        E = np.broadcast_to(hw.workers_per_node / hw.n_workers, (n, M))
-        span = np.full(n, float(hw.n_domains))
-    return Placement(group, thread_group, np.array(E), np.array(P), group, group, span)
+def _groups(hw: HW, s: Schedule, actions: np.ndarray | None) -> np.ndarray:
+    if actions is not None:
+        return actions
+    if s.kind in ONE_CORE_KINDS:
+        acts = one_core_actions(hw, s)
+        if acts is not None:
+            return acts
+    return schedule_groups(hw, s)
 
 
 def grown_share(X: np.ndarray, insert_share: float, window_s: float, n_records: int) -> np.ndarray:
@@ -119,4 +122,4 @@ def with_first_touch(pl: Placement, rows: np.ndarray, grown: np.ndarray) -> Plac
     loader[LOADER_NODE] = 1.0
     f = np.where(rows, grown, 0.0)[:, None, None]  # [B, 1, 1]
     P = np.where(rows[:, None, None], (1 - f) * loader + f * pl.E, pl.P)
-    return Placement(pl.exec_group, pl.thread_group, pl.E, P, pl.l2_group, pl.l3_group, pl.span)
+    return Placement(pl.exec_group, pl.E, P, pl.l2_group, pl.l3_group, pl.span, pl.threads)
