@@ -17,6 +17,7 @@ import pytest
 from pmoss.collect.driver import collect
 from pmoss.collect.plan import load_pool
 from pmoss.contracts.errors import ContractError
+from pmoss.contracts.schedule import Schedule
 from pmoss.contracts.snapshot import read_raw
 from pmoss.data.dataset import build, load_tokens, validate_raw
 from pmoss.data.tokens import HOLDOUT, Holdout, encode_snapshot, split_of, tokenise_rows
@@ -45,15 +46,16 @@ def test_vectorised_tokens_equal_the_per_episode_encoder(raw, tmp_path):
     build([raw], tmp_path / "ds", 0.1, 0.1)
     tokens, _, machines = load_tokens(tmp_path / "ds")
     by_id = {e: i for i, e in enumerate(tokens["episode_id"].to_pylist())}
-    rows = [r for r in read_raw(raw).to_pylist() if r["schedule_kind"] != "sn-numa"]
-    assert len(rows) == tokens.num_rows == 3 * 2 * 12
+    rows = read_raw(raw).to_pylist()  # sn-numa included: its slices have groups (width node)
+    assert len(rows) == tokens.num_rows == 3 * 2 * 13
     for r in rows:
         t = tokens.slice(by_id[r["episode_id"]], 1).to_pylist()[0]
         feats, mask, meta = encode_snapshot(r, machines[r["machine"]])
         np.testing.assert_array_equal(np.asarray(t["features"], np.float32), feats.reshape(-1))
         np.testing.assert_array_equal(t["feature_mask"], mask)
         np.testing.assert_allclose(np.asarray(t["meta"], np.float32), meta, rtol=1e-6)
-        assert t["actions"] == [machines[r["machine"]].worker_index[c] for c in r["core"]]
+        assert t["actions"] == Schedule(machine=r["machine"], n_slices=r["n_slices"], kind=r["schedule_kind"], node=r["node"], core=r["core"],
+                                        width=r["width"]).group_index(machines[r["machine"]]).tolist()  # fmt: skip
         assert t["return"] == pytest.approx(sum(r["queries"]) / r["window_s"])
         assert t["split"] == split_of(r["episode_id"])
 
@@ -64,7 +66,7 @@ def test_tokenise_rows_is_the_same_function(raw):
     rows = read_raw(raw).to_pylist()[:10]
     machines = {m: load_sim_machine(m) for m in {r["machine"] for r in rows}}
     t = tokenise_rows(rows, machines, 0.1, 0.1)
-    assert t.num_rows == sum(r["schedule_kind"] != "sn-numa" for r in rows)
+    assert t.num_rows == len(rows)
 
 
 def test_holdout_groups_never_reach_train_val_test_or_stats(raw, tmp_path):
@@ -82,7 +84,7 @@ def test_holdout_groups_never_reach_train_val_test_or_stats(raw, tmp_path):
     assert stats.feature_mean != full_stats.feature_mean  # statistics were recomputed without the group
     manifest = json.loads((tmp_path / "loo" / "dataset.json").read_text())
     assert manifest["holdout"] == {"machines": ["nvidia-grace"], "workloads": ["scan"]}
-    assert manifest["episodes"][HOLDOUT] == 12 * 2 + 12 * 2
+    assert manifest["episodes"][HOLDOUT] == 13 * 2 + 13 * 2  # 12 one-core episodes + 1 sn-numa per cell
 
 
 def test_holdout_of_an_absent_group_is_an_error(raw, tmp_path):
@@ -100,7 +102,7 @@ def test_splits_are_stable_when_the_data_grows(raw, tmp_path):
     build([grown], tmp_path / "big", 0.1, 0.1, holdout=Holdout(workloads=("scan",)))
     split = lambda p: dict(zip(*(load_tokens(p)[0][c].to_pylist() for c in ("episode_id", "split")), strict=True))  # noqa: E731
     small, big = split(tmp_path / "small"), split(tmp_path / "big")
-    assert len(big) == 3 * 2 * 30 and all(big[e] == s for e, s in small.items())
+    assert len(big) == 3 * 2 * 31 and all(big[e] == s for e, s in small.items())
 
 
 def test_cli_build_with_holdout(raw, tmp_path):

@@ -18,7 +18,7 @@ from pmoss.learn.model import DecisionTransformer, DTConfig
 from pmoss.serve.posttrain import PostTrainConfig, post_train, table
 
 N = 32
-MACHINE = "intel-skx-4s"  # 8 nodes x at most 14 workers: the tile below
+MACHINE = "intel-skx-4s"
 TINY = {"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "dropout": 0.0}, "batch_size": 4}
 
 
@@ -26,9 +26,8 @@ def _base(path: Path) -> Path:
     """An untrained tiny model: post-training only needs one that proposes valid schedules."""
     torch.manual_seed(0)
     f, m = len(SLICE_FEATURES), len(META_NAMES)
-    cfg = DTConfig(**TINY["model"], n_slices=N, n_features=f, n_meta=m, tile_rows=8, tile_cols=14)
-    stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * m, meta_std=[1.0] * m, best_return={},
-                  tile_rows=8, tile_cols=14, n_slices=N)  # fmt: skip
+    cfg = DTConfig(**TINY["model"], n_slices=N, n_features=f, n_meta=m)
+    stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * m, meta_std=[1.0] * m, best_return={}, n_slices=N)  # fmt: skip
     save_bundle(Bundle(cfg, stats, DecisionTransformer(cfg).state_dict(), {"algo": "dt"}), path / "model.pt")
     return path
 

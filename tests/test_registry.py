@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pmoss.contracts.snapshot import SLICE_FEATURES
+from pmoss.data.state import GROUP_STATIC
 from pmoss.data.tokens import META_NAMES, Stats
 from pmoss.learn.bundle import Bundle, save_bundle
 from pmoss.learn.model import DecisionTransformer, DTConfig
@@ -28,15 +29,20 @@ def test_gate_rules():
 def _bundle(tmp: Path, name: str, worse: bool = False) -> Path:
     torch.manual_seed(0)
     f, m = len(SLICE_FEATURES), len(META_NAMES)
-    cfg = DTConfig(n_layer=1, n_head=2, n_embd=32, dropout=0.0, n_slices=N, n_features=f, n_meta=m, tile_rows=8, tile_cols=14)
+    cfg = DTConfig(n_layer=1, n_head=2, n_embd=32, dropout=0.0, n_slices=N, n_features=f, n_meta=m)
     model = DecisionTransformer(cfg)
     info: dict = {"algo": "dt", "git_commit": "test"}
-    if worse:  # every slice on one core: throughput bounded by a single worker
+    if worse:  # every slice on one thread: the pointer head scores only "took the previous slice"
+        took = 2 + f + GROUP_STATIC + 2  # group features: worker means, static, then dynamic (data/state.py)
         with torch.no_grad():
-            model.head.bias[0] = 100.0
+            for p in model.head.parameters():
+                p.zero_()
+            model.head.group.weight[0, took] = 100.0
+            model.head.group.weight[0, 2 + f] = 10.0  # width thread first, so slice 0 also lands on one thread
+            model.head.score.weight[0, 0] = 1.0
         info["inference"] = {"cap": N}
     stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * m, meta_std=[1.0] * m,
-                  best_return={"intel-skx-4s|ycsb-c": 1e8}, tile_rows=8, tile_cols=14, n_slices=N)  # fmt: skip
+                  best_return={"intel-skx-4s|ycsb-c": 1e8}, n_slices=N)  # fmt: skip
     save_bundle(Bundle(cfg, stats, model.state_dict(), info), tmp / name / "model.pt")
     return tmp / name
 

@@ -32,9 +32,9 @@ N = 32
 def _bundle(path: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     f, m = len(SLICE_FEATURES), len(META_NAMES)
-    cfg = DTConfig(n_layer=1, n_head=2, n_embd=32, dropout=0.0, n_slices=N, n_features=f, n_meta=m, tile_rows=8, tile_cols=14)
+    cfg = DTConfig(n_layer=1, n_head=2, n_embd=32, dropout=0.0, n_slices=N, n_features=f, n_meta=m)
     stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * m, meta_std=[1.0] * m,
-                  best_return={"intel-skx-4s|ycsb-c": 1e8}, tile_rows=8, tile_cols=14, n_slices=N)  # fmt: skip
+                  best_return={"intel-skx-4s|ycsb-c": 1e8}, n_slices=N)  # fmt: skip
     save_bundle(Bundle(cfg, stats, DecisionTransformer(cfg).state_dict(), {"algo": "dt"}), path / "model.pt")
     return path
 

@@ -53,7 +53,7 @@ def schedule_for(spec: EpisodeSpec, machine: Any) -> Schedule:
 
 
 def spec_id(spec: EpisodeSpec, schedule: Schedule) -> str:
-    return episode_id(spec.machine, spec.workload, spec.dataset, schedule.node, schedule.core, spec.kind, spec.seed, spec.run_index)
+    return episode_id(spec.machine, spec.workload, spec.dataset, schedule.node, schedule.core, spec.kind, spec.seed, spec.run_index, schedule.width)
 
 
 def done_ids(out: Path) -> set[str]:

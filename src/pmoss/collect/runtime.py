@@ -33,6 +33,9 @@ typedef struct pm_schedule pm_schedule;
 int pm_schedule_kind_parse(const char *name, pm_schedule_kind *kind);
 int pm_schedule_create(pm_schedule_kind kind, unsigned n_slices, const int *node,
                        const int *core, const char *machine, pm_schedule **out);
+int pm_schedule_create_groups(pm_schedule_kind kind, unsigned n_slices, const int *node,
+                              const int *core, const uint8_t *width, const char *machine,
+                              pm_schedule **out);
 int pm_schedule_parse_json(const char *text, size_t len, pm_schedule **out,
                            char *err, size_t err_len);
 void pm_schedule_destroy(pm_schedule *s);
@@ -112,6 +115,9 @@ _lib: Any = None
 
 class NativeRuntimeError(PmossError):
     """The native runtime refused a call (bad config, workload, or missing library)."""
+
+
+WIDTH_CODES = {"thread": 0, "core": 1, "l3": 2, "node": 3}  # pm_width
 
 
 class ScheduleError(PmossError):
@@ -287,16 +293,24 @@ class Runtime:
         return [int(x) for x in lower]
 
     # ---- schedules ----
-    def set_schedule(self, node: Sequence[int], core: Sequence[int], kind: str, machine: str = "") -> MigrationReport:
-        """Validate, migrate and enforce; raises ScheduleError (old schedule kept) on rejection."""
+    def set_schedule(self, node: Sequence[int], core: Sequence[int], kind: str, machine: str = "",
+                     width: Sequence[str] | None = None) -> MigrationReport:  # fmt: skip
+        """Validate, migrate and enforce; raises ScheduleError (old schedule kept) on rejection.
+        width: per-slice execution-group widths (thread | core | l3 | node), None for the kind's own."""
         kind_c = _ffi.new("pm_schedule_kind *")
         if self._lib.pm_schedule_kind_parse(kind.encode(), kind_c) != 0:
             raise ScheduleError(f"unknown schedule kind {kind!r}")
         if len(node) != len(core):
             raise ScheduleError(f"node has {len(node)} entries but core has {len(core)}")
         out = _ffi.new("pm_schedule **")
-        if self._lib.pm_schedule_create(kind_c[0], len(node), _ffi.new("int[]", list(node)),
-                                        _ffi.new("int[]", list(core)), machine.encode(), out) != 0:
+        codes = _ffi.NULL
+        if width is not None:
+            bad = [w for w in width if w not in WIDTH_CODES]
+            if bad or len(width) != len(node):
+                raise ScheduleError(f"width: needs {len(node)} of {', '.join(WIDTH_CODES)}, got {len(width)} entries" + (f" with '{bad[0]}'" if bad else ""))
+            codes = _ffi.new("uint8_t[]", [WIDTH_CODES[w] for w in width])
+        if self._lib.pm_schedule_create_groups(kind_c[0], len(node), _ffi.new("int[]", list(node)),
+                                               _ffi.new("int[]", list(core)), codes, machine.encode(), out) != 0:
             raise ScheduleError(f"schedule of {len(node)} slices could not be built")
         sched = _ffi.gc(out[0], self._lib.pm_schedule_destroy)
         return self._enforce(sched)

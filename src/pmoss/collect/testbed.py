@@ -19,7 +19,7 @@ from typing import Any
 from pmoss import __version__
 from pmoss.collect.collector import episode_columns
 from pmoss.contracts.machine import Machine
-from pmoss.contracts.schedule import Schedule
+from pmoss.contracts.schedule import ANY_WORKER_KINDS, Schedule
 from pmoss.contracts.snapshot import CORE_FEATURES, episode_id, now_utc
 from pmoss.contracts.workload import get_workload
 
@@ -54,7 +54,8 @@ class Testbed:
     def enforce(self, schedule: Schedule) -> Any:
         """Validate against the descriptor, then validate -> migrate -> swap in the runtime."""
         schedule.validate_for(self.machine)
-        report = self.rt.set_schedule(schedule.node, schedule.core, schedule.kind, machine=schedule.machine)
+        widths = schedule.widths() if schedule.kind not in ANY_WORKER_KINDS else None
+        report = self.rt.set_schedule(schedule.node, schedule.core, schedule.kind, machine=schedule.machine, width=widths)
         self.schedule = schedule
         return report
 
@@ -75,7 +76,7 @@ class Testbed:
         s = self.schedule
         hardware = any(cols[k] is not None for k in CORE_FEATURES if k != "task_clock_ns")
         return {
-            "episode_id": episode_id(self.machine.name, workload, self.dataset, s.node, s.core, s.kind, seed, run_index),
+            "episode_id": episode_id(self.machine.name, workload, self.dataset, s.node, s.core, s.kind, seed, run_index, s.width),
             "source": "real", "machine": self.machine.name, "host": os.uname().nodename, "workload": workload,
             "workload_params": get_workload(workload).params_json(), "dataset": self.dataset, "n_records": self.n_keys,
             "schedule_kind": s.kind, "schedule_provenance": json.dumps(s.provenance, sort_keys=True), "seed": seed,
@@ -83,7 +84,7 @@ class Testbed:
             "throughput_qps": result["throughput"], "counter_mode": "hardware" if hardware else "software",
             "counter_mode_reason": counter_mode_reason(self.probe, hardware, self.pmu),
             "collector": f"pmoss-collector {__version__}", "timestamp": now_utc(), "slice_lo": self.slice_lo,
-            "slice_hi": self.slice_hi, **cols,
+            "slice_hi": self.slice_hi, "width": s.widths() if s.width is not None else None, **cols,
         }  # fmt: skip
 
 

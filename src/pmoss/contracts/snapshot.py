@@ -43,7 +43,7 @@ SLICE_FEATURES: tuple[str, ...] = CORE_FEATURES + SOFTWARE_FEATURES
 OFFCORE_NODE = ("imc_read_bytes", "imc_write_bytes")  # one value per NUMA node
 OFFCORE_LINK = ("link_in_bytes", "link_out_bytes")  # one value per socket link
 
-OPTIONAL_COLUMNS = ("counter_mode_reason",)  # may be absent from a file: read as null
+OPTIONAL_COLUMNS = ("counter_mode_reason", "width")  # may be absent from a file: read as null
 
 _f64_list = pa.list_(pa.float64())
 SNAPSHOT_SCHEMA = pa.schema(
@@ -75,6 +75,7 @@ SNAPSHOT_SCHEMA = pa.schema(
         pa.field("slice_hi", pa.list_(pa.uint64()), nullable=False),
         pa.field("core", pa.list_(pa.int32()), nullable=False),  # -1 when a set of cores executes it
         pa.field("node", pa.list_(pa.int32()), nullable=False),  # -1 when the OS placed it
+        pa.field("width", pa.list_(pa.string())),  # execution-group width per slice (docs/contracts.md); null: the kind's own
         pa.field("queries", pa.list_(pa.int64()), nullable=False),
         *[pa.field(name, _f64_list) for name in SLICE_FEATURES],
     ],
@@ -82,9 +83,12 @@ SNAPSHOT_SCHEMA = pa.schema(
 )
 
 
-def episode_id(machine: str, workload: str, dataset: str, node: Sequence[int], core: Sequence[int], kind: str, seed: int, run_index: int) -> str:
-    """Deterministic id of an episode: the same plan entry always gets the same id."""
-    key = json.dumps([machine, workload, dataset, kind, list(map(int, node)), list(map(int, core)), seed, run_index])
+def episode_id(machine: str, workload: str, dataset: str, node: Sequence[int], core: Sequence[int], kind: str, seed: int, run_index: int,
+               width: str | Sequence[str] | None = None) -> str:  # fmt: skip
+    """Deterministic id of an episode: the same plan entry always gets the same id. A written width
+    (schema 2 schedules that set one) joins the key; schedules without one keep their old ids."""
+    parts = [machine, workload, dataset, kind, list(map(int, node)), list(map(int, core)), seed, run_index]
+    key = json.dumps(parts if width is None else parts + [width if isinstance(width, str) else list(width)])
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 

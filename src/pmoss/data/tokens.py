@@ -224,11 +224,10 @@ def _actions(t: pa.Table, n: int, machines: dict[str, Machine], ids: list[str]) 
         col = _chunk(t["width"])
         given = col.is_valid().to_numpy(zero_copy_only=False)
         codes = np.array([WIDTH_CODE.get(w, -1) for w in col.flatten().to_pylist()], dtype=np.int64)
-        widths = np.zeros((t.num_rows, n), dtype=np.int64)
+        widths = np.array([WIDTH_CODE[DEFAULT_WIDTH.get(k, "thread")] for k in kinds], dtype=np.int64)[:, None].repeat(n, 1)  # [E, N]
         widths[given] = codes.reshape(-1, n)
-        widths[~given] = [[WIDTH_CODE[DEFAULT_WIDTH.get(k, "thread")]] * n for k, g in zip(kinds, given, strict=True) if not g]
     else:
-        widths = np.array([[WIDTH_CODE[DEFAULT_WIDTH.get(k, "thread")]] * n for k in kinds], dtype=np.int64).reshape(-1, n)
+        widths = np.array([WIDTH_CODE[DEFAULT_WIDTH.get(k, "thread")] for k in kinds], dtype=np.int64)[:, None].repeat(n, 1)
     out = np.full(cores.shape, -1, dtype=np.int64)
     names = np.asarray(t["machine"].to_pylist())
     for name in set(names.tolist()):

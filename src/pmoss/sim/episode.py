@@ -184,7 +184,7 @@ def simulate_batch(machine: Machine | str, workload: Workload | str, dataset: st
     hw = hw_for(inp.machine, inp.calibration)
     pl = from_schedules(hw, schedules, actions)
     _, prof, sol, d = model_run(inp, pl, schedules[0].n_slices, _first_touch(schedules))
-    ids = [episode_id(inp.machine.name, inp.workload.name, inp.dataset, s.node, s.core, s.kind, sd, r)
+    ids = [episode_id(inp.machine.name, inp.workload.name, inp.dataset, s.node, s.core, s.kind, sd, r, s.width)
            for s, sd, r in zip(schedules, seeds, runs, strict=True)]  # fmt: skip
     rng = [np.random.default_rng([int(i, 16), sd]) for i, sd in zip(ids, seeds, strict=True)]
     counts = episode_counts(hw, prof, pl, sol, d, inp.window_s, rng if noise else None)
@@ -282,7 +282,7 @@ def _rows(inp: Inputs, schedules: list[Schedule], seeds: list[int], runs: list[i
             "throughput_qps": float(counts["throughput"][b]), "unavailable": list(missing), "counter_mode": "sim",
             "collector": COLLECTOR, "timestamp": stamp, "slice_lo": lo, "slice_hi": hi,
             "core": np.asarray(s.core, dtype=np.int32), "node": np.asarray(s.node, dtype=np.int32),
-            "queries": counts["queries"][b],
+            "width": s.widths() if s.width is not None else None, "queries": counts["queries"][b],
         }  # fmt: skip
         for f in features:
             row[f] = None if f in missing else counts[f][b]
