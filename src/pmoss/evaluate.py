@@ -68,7 +68,8 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
 
     machine = load_sim_machine(machine_name)
     snapshot = cell_snapshot(machine, workload, cfg)
-    schedules = {kind: generate(kind, machine, cfg.n_slices) for kind in cfg.baselines}  # type: ignore[arg-type]
+    load = np.asarray(snapshot["queries"], dtype=float)  # sn-hot widens the slices the snapshot measured hot
+    schedules = {kind: generate(kind, machine, cfg.n_slices, load=load if kind == "sn-hot" else None) for kind in cfg.baselines}  # type: ignore[arg-type]
     for name, bundle in bundles.items():
         settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}  # a version may carry its own
         schedules[name] = propose(bundle, machine, snapshot, **settings)
