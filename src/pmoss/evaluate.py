@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pmoss.contracts.groups import groups_of
 from pmoss.contracts.io import atomic_write_text, load_model
 from pmoss.contracts.policies import BASELINE_KINDS, generate
-from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule
+from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule, slices_for
 from pmoss.contracts.workload import get_workload
 
 EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values; runs are seeded base + r
@@ -29,10 +29,11 @@ EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values
 
 class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    machines: list[str] = Field(min_length=1)
+    machines: list[str] = Field(min_length=1)  # pool names, descriptor files, or directories of them
     workloads: list[str] = Field(min_length=1)
     dataset: str = "dense"
     n_slices: int = 256
+    slices_per_worker: float | None = None  # set: each machine gets slices_for(machine, this) slices instead of n_slices
     n_records: int = 10_000_000
     window_s: float = 10.0
     runs: int = 3  # evaluation seeds per schedule
@@ -67,6 +68,8 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
     from pmoss.sim import load_sim_machine
 
     machine = load_sim_machine(machine_name)
+    if cfg.slices_per_worker:
+        cfg = cfg.model_copy(update={"n_slices": slices_for(machine, cfg.slices_per_worker)})
     snapshot = cell_snapshot(machine, workload, cfg)
     load = np.asarray(snapshot["queries"], dtype=float)  # sn-hot widens the slices the snapshot measured hot
     schedules = {kind: generate(kind, machine, cfg.n_slices, load=load if kind == "sn-hot" else None) for kind in cfg.baselines}  # type: ignore[arg-type]
@@ -87,8 +90,11 @@ def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = Tr
     With `keep`, the learned/oracle schedules of each cell are collected there too."""
     from rich.progress import track
 
+    from pmoss.sim import expand_machines, load_sim_machine
+
+    names = [load_sim_machine(m).name for m in expand_machines(cfg.machines)]  # files and directories too; all checked first
     cells = {}
-    for m, w in track([(m, w) for m in cfg.machines for w in cfg.workloads], description="evaluate", disable=not progress):
+    for m, w in track([(m, w) for m in names for w in cfg.workloads], description="evaluate", disable=not progress):
         cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None)
     return cells
 
@@ -234,13 +240,14 @@ def evaluate_command(
     model: Annotated[list[str], typer.Option(help="NAME=PATH of a model bundle (repeatable).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for metrics.json, cells.json and the plot.")] = Path("eval"),
     n_slices: Annotated[Optional[int], typer.Option(help="Override the config's slice count.")] = None,
+    slices_per_worker: Annotated[Optional[float], typer.Option(help="Scale N with each machine: this many slices per worker thread (overrides n_slices).")] = None,
     oracle: Annotated[Optional[bool], typer.Option("--oracle/--no-oracle", help="Also search an oracle schedule per cell.")] = None,
 ) -> None:
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
     from pmoss.learn.bundle import load_bundle
 
     cfg = load_model(EvalConfig, config)
-    cfg = cfg.model_copy(update={k: v for k, v in {"n_slices": n_slices, "oracle": oracle}.items() if v is not None})
+    cfg = cfg.model_copy(update={k: v for k, v in {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "oracle": oracle}.items() if v is not None})
     bundles = {}
     for spec in model:
         name, sep, path = spec.partition("=")
