@@ -596,7 +596,16 @@ static void test_open_loop(void)
     CHECK_EQ(res.completed, res.dispatched);
     CHECK(res.completed > 0);
     CHECK(res.throughput <= 1.05 * spec.offered_qps); /* paced, never ahead */
-    CHECK(res.latency.p50_ns < 1000000);              /* no batch waited for more */
+    /* no batch waited for more queries: the old idle-phase flush (64 spins
+     * + 2048 yields) failed this at 1 ms; sanitizers slow every query
+     * ~10x, so they get a looser bound (still far below the deadline) */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+    CHECK(res.latency.p50_ns < 20000000);
+#else
+    CHECK(res.latency.p50_ns < 1000000);
+#endif
+    printf("test_open_loop: %.0f queries/s offered, %.0f served, p50 %llu ns\n", spec.offered_qps,
+           res.throughput, (unsigned long long)res.latency.p50_ns);
     CHECK(res.full_batches == 0);
     pm_runtime_destroy(rt);
 }
