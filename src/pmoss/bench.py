@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -60,6 +61,7 @@ def best_time(fn: Callable[[], object], repeat: int = 5) -> float:
 # (ABAB..., so drift in machine load hits both sides alike) and reported as median and min-max.
 # A ratio whose range includes 1.0 is noise, not a win or a loss.
 WITHIN_NOISE = "within noise"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -106,15 +108,15 @@ def verdict(ratio: Spread, higher_is_better: bool = True) -> str:
     return "win" if above == higher_is_better else "loss"
 
 
-def interleaved(runs: dict[str, Callable[[int], float]], repeats: int) -> dict[str, list[float]]:
+def interleaved(runs: dict[str, Callable[[int], T]], repeats: int) -> dict[str, list[T]]:
     """Measure every named run `repeats` times, round by round, in an order rotated each round (so
     no configuration always runs first or right after the same neighbour); run(r) gets the round."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     names = list(runs)
-    out: dict[str, list[float]] = {name: [] for name in names}
+    out: dict[str, list[T]] = {name: [] for name in names}
     for r in range(repeats):
         k = r % len(names)
         for name in names[k:] + names[:k]:
-            out[name].append(float(runs[name](r)))
+            out[name].append(runs[name](r))
     return out
