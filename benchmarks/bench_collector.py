@@ -28,8 +28,9 @@ Records (docs/benchmarks.md, "Collector overhead"):
   off, host load.
 - collector_overhead_ycsb_c_wait_<us>: the same for each --waits value (the trade-off).
 - collector_overhead_ycsb_{c,a}_keys_10m: the same on plan.py's default index size (10M keys).
-- collector_latency_ycsb_c[_keys_10m]_{closed,load_50,load_80}: p50 latency on / off (goal <= 1.2),
-  each round's ratio paired (median, min-max, verdict "within noise" when the range includes 1.0),
+- collector_latency_ycsb_c[_keys_10m]_{closed,load_50,load_80}: p50 latency on vs off (medians, us;
+  goal: ratio <= 1.2), each round's ratio paired (ratio_spread: median, min-max; verdict "within
+  noise" when the range includes 1.0, "loss" when profiling is slower in every round),
   with throughput, p50, p99 and probe reads per query of both sides; closed loop (each side at its
   own maximum: latency there is queue fill / throughput) and open loop at the same offered rate for
   both (--loads x the profiled closed-loop median), the comparison "at the same throughput".
@@ -149,9 +150,9 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
         write_record(
             f"collector_latency_{tag}" + ("_closed" if offered == 0 else f"_load_{round(100 * load)}"),
             f"{workload} p50 latency with per-slice profiling (probe auto, default batching), {keys:,} keys, {loop}",
-            p50.median, "ratio", f"p50 latency without profiling (same runs, interleaved ABAB, {rounds} x {seconds} s)", 1.0,
-            p50_ratio=p50.as_dict(), p50_verdict=verdict(p50, higher_is_better=False), goal_p50_ratio=1.2,
-            meets_target=p50.hi <= 1.2, throughput_ratio=thr.as_dict(), throughput_verdict=verdict(thr),
+            Spread.of(m["on"]["p50"]).median, "us", f"p50 without profiling (interleaved ABAB, median of {rounds} x {seconds} s)",
+            Spread.of(m["off"]["p50"]).median, ratio_spread=p50.as_dict(), verdict=verdict(p50, higher_is_better=False),
+            goal_p50_ratio=1.2, meets_target=p50.median <= 1.2, throughput_ratio=thr.as_dict(), throughput_verdict=verdict(thr),
             offered_qps=offered, **sp, host_load=f"{load_before} (before), {_load()} (after); measured under load from other agents",
         )  # fmt: skip
 
