@@ -10,8 +10,9 @@
  * queries into per-slice pending batches (pending.c, FCFS within a slice)
  * and run a slice's batch once it holds batch_queries queries, or earlier
  * when its oldest query waited batch_max_wait_us, as soon as the queue is
- * empty (work-conserving) or when the run stops. Due batches run back to back, one probe reading between two,
- * counting per slice. Core sweepers (one per node) sum their
+ * empty (work-conserving) or when the run stops. Due batches run back to
+ * back, one probe reading between two, counting per slice. Routers keep
+ * every queue full (closed loop) or send spec.offered_qps (open loop). Core sweepers (one per node) sum their
  * node's worker tables; the off-core sweeper drives the sweep rounds, reads
  * the uncore PMUs (memory controllers, socket links) through the uncore hook
  * and publishes both as one snapshot. On hosts too small to reserve CPUs, routers and sweepers run
@@ -912,10 +913,17 @@ static unsigned choose_worker(pm_runtime *rt, router *ro, const routing *r, cons
 /* Open loop (spec.offered_qps > 0): each router sends its share of the
  * offered rate, query k at start + k / rate; a router behind schedule sends
  * at once (it never skips), so the achieved rate is min(offered, capacity). */
-static void pace(const pm_runtime *rt, uint64_t t0_ns, uint64_t sent)
+static uint64_t due_ns(const pm_runtime *rt, uint64_t t0_ns, uint64_t sent)
 {
     double per_router = rt->spec.offered_qps / (double)rt->n_routers;
-    uint64_t due = t0_ns + (uint64_t)((double)sent * 1e9 / per_router);
+    return t0_ns + (uint64_t)((double)sent * 1e9 / per_router);
+}
+
+/* Wait for the next query's time; called outside every epoch section, so a
+ * slow rate never holds up a schedule swap's grace period. */
+static void pace(const pm_runtime *rt, uint64_t t0_ns, uint64_t sent)
+{
+    uint64_t due = due_ns(rt, t0_ns, sent);
     unsigned spins = 0;
     while (pm_now_ns() < due && atomic_load_explicit(&rt->routers_go, memory_order_relaxed))
         if (++spins > IDLE_SPINS)
@@ -933,14 +941,14 @@ static void *router_main(void *arg)
         pm_epoch_enter(&rt->epoch, ro->idx);
         routing *r = atomic_load(&rt->routing); /* seq_cst: after the epoch store */
         for (int i = 0; i < ROUTE_BATCH; i++) {
+            if (paced && pm_now_ns() < due_ns(rt, t0_ns, sent))
+                break; /* not due yet: wait outside the epoch section */
             pm_query q;
             if (pm_workload_next(ro->w, &q) != 0) {
                 atomic_store(&ro->failed, 1);
                 atomic_store(&rt->routers_go, 0);
                 break;
             }
-            if (paced)
-                pace(rt, t0_ns, sent);
             q.slice = pm_runtime_slice_of(rt, q.key);
             worker *w = &rt->workers[choose_worker(rt, ro, r, &q)];
             unsigned spins = 0;
@@ -953,6 +961,8 @@ static void *router_main(void *arg)
         pm_epoch_exit(&rt->epoch, ro->idx);
         /* relaxed: read by stop() after joining this thread */
         atomic_store_explicit(&ro->dispatched, sent, memory_order_relaxed);
+        if (paced)
+            pace(rt, t0_ns, sent);
     }
     return NULL;
 }
