@@ -277,10 +277,11 @@ int pm_dataset_generate(const char *dataset, uint64_t n, uint64_t seed, uint64_t
  * queries into per-slice batches of up to batch_queries queries (a batch
  * closes when full, on its deadline, or as soon as the worker's queue is
  * empty: see batch_max_wait_us) and runs due batches back to back, reading
- * the probe once before the first and once after each batch; the delta between two consecutive readings goes to the
- * slice of the batch between them, which holds only that slice's queries
- * (exact attribution, never a mixed window; popping the queue happens
- * outside every window). A run of B batches costs B + 1 reads. n_values <= 64. */
+ * the probe once before the first and once after each batch; the delta
+ * between two consecutive readings goes to the slice of the batch between
+ * them, which holds only that slice's queries (exact attribution, never a
+ * mixed window; popping the queue happens outside every window). A run of B
+ * batches costs B + 1 reads. n_values <= 64. */
 typedef struct pm_probe_ops {
     int (*open)(void *ctx, int worker_cpu, void **state);
     void (*read)(void *state, uint64_t *values);
