@@ -1,13 +1,14 @@
 """Collector overhead: throughput with per-slice profiling on vs off, and what batching costs in latency.
 
     cmake -S . -B build && cmake --build build -j2
-    .venv/bin/python benchmarks/bench_collector.py [--seconds 2] [--rounds 5] [--workers 1] [--waits 1000,100000]
+    .venv/bin/python benchmarks/bench_collector.py [--seconds 2] [--rounds 5] [--workers 1] [--waits 0,10000] [--loads 0.5,0.8] [--parts overhead,latency,sweep]
 
 Profiling "on" is probe auto (software mode on hosts without a PMU) at granularity 100: a worker
 collects queries into per-slice batches of <= 100 and runs due batches back to back, one probe
-reading between two; a partial batch runs once its oldest query waited batch_max_wait_us
-(default 10 ms). Per-slice batching changes execution by itself (a slice's tree stays in cache
-for its whole batch; queries wait), so every wait W is measured three ways:
+reading between two; a partial batch runs as soon as the worker's queue is empty (work-conserving)
+or, while queries keep coming, once its oldest query waited batch_max_wait_us (default 1 ms).
+Per-slice batching changes execution by itself (a slice's tree stays in cache for its whole
+batch; queries wait), so every wait W is measured three ways:
 - on: probe, wait W;
 - off_batched: no probe, same batching (wait W) -- the baseline for the probing overhead proper;
 - off: no probe, no wait (the runtime's default without a probe) -- what a run without profiling
@@ -27,6 +28,14 @@ Records (docs/benchmarks.md, "Collector overhead"):
   off, host load.
 - collector_overhead_ycsb_c_wait_<us>: the same for each --waits value (the trade-off).
 - collector_overhead_ycsb_{c,a}_keys_10m: the same on plan.py's default index size (10M keys).
+- collector_latency_ycsb_c[_keys_10m]_{closed,load_50,load_80}: p50 latency on vs off (medians, us;
+  goal: ratio <= 1.2), each round's ratio paired (ratio_spread: median, min-max; verdict "within
+  noise" when the range includes 1.0, "loss" when profiling is slower in every round),
+  with throughput, p50, p99 and probe reads per query of both sides; closed loop (each side at its
+  own maximum: latency there is queue fill / throughput) and open loop at the same offered rate for
+  both (--loads x the profiled closed-loop median), the comparison "at the same throughput"
+  (sustained_share: the worst round's achieved / offered rate over both sides; meets_target needs
+  >= 0.99 and a median p50 ratio <= 1.2).
 - collector_probe_read: ns per probe reading (build/runtime/pmoss_bench_probe) vs one getpid
   system call timed the same way in the same run.
 - collector_sweep_round: one sweeping round (runtime snapshot of all per-slice counters) vs a
@@ -44,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from pmoss.bench import best_time, write_record
+from pmoss.bench import Spread, best_time, interleaved, ratio_spread, verdict, write_record
 from pmoss.collect.runtime import BATCH_MAX_WAIT_US_DEFAULT, Runtime, library_path
 from pmoss.collect.testbed import Testbed
 from pmoss.collect.topology import discover
@@ -100,11 +109,60 @@ def overhead(workload: str, waits: list[int], seconds: float, rounds: int, worke
         write_record(
             name, f"{workload} throughput, {keys:,} keys, with per-slice profiling (probe auto, batches of <= {GRANULARITY} queries per slice, max wait {w} us, {workers or 'all'} worker(s))",
             v, "queries/s", f"same batching without probe (same run, interleaved, median of {rounds} x {seconds} s)", b,
-            loss_pct=100 * (1 - v / b), goal_loss_pct=1.0, meets_target=v / b >= 0.99 and est <= 1.0,  # the measured ratio alone moves by +-4 points between runs batch_max_wait_us=w, workers=n_workers, **batching, est_probe_loss_pct=est,
+            # meets_target needs the estimate too: the measured ratio alone moves by +-4 points between runs
+            loss_pct=100 * (1 - v / b), goal_loss_pct=1.0, meets_target=v / b >= 0.99 and est <= 1.0,
+            batch_max_wait_us=w, workers=n_workers, **batching, est_probe_loss_pct=est,
             throughput_off=t_off, ratio_vs_off=v / t_off,
             latency_p50_us_on=p50, latency_p50_us_off_batched=p50_b, latency_p50_us_off=p50_off,
             latency_p99_us_on=p99, latency_p99_us_off_batched=p99_b, latency_p99_us_off=p99_off,
             host_load=f"{load_before} (before), {_load()} (after)",
+        )  # fmt: skip
+
+
+def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int, loads: list[float]) -> None:
+    """Profiling on (probe auto, default batching) vs off (no probe), interleaved round by round
+    (ABAB...): closed loop (each side's own maximum throughput), then open loop at the same
+    offered rate for both, a fraction of the profiled side's closed-loop median (so both sustain it)."""
+    mk = dict(n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers)
+    rts = {"on": Runtime(keys, probe="auto", **mk), "off": Runtime(keys, **mk)}
+
+    def measure(offered: float) -> dict[str, dict[str, list[float]]]:
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in rts}
+
+        def one(name: str) -> Any:
+            def run(r: int) -> float:
+                runs[name].append(rts[name].run(workload, seconds, seed=r, offered_qps=offered))
+                return runs[name][-1]["throughput"]
+
+            return run
+
+        interleaved({name: one(name) for name in rts}, rounds)
+        return {name: {"throughput": [o["throughput"] for o in rs], "p50": [o["latency_p50_ns"] / 1e3 for o in rs],
+                       "p99": [o["latency_p99_ns"] / 1e3 for o in rs], "reads_per_query": [o["probe_reads"] / max(o["completed"], 1) for o in rs]}
+                for name, rs in runs.items()}  # fmt: skip
+
+    load_before = _load()
+    closed = measure(0.0)
+    cap = Spread.of(closed["on"]["throughput"]).median
+    tag = f"{workload.replace('-', '_')}" + ("" if keys == KEYS else f"_keys_{keys // 1_000_000}m")
+    for load, offered in [(0.0, 0.0), *[(f, f * cap) for f in loads]]:
+        m = closed if offered == 0 else measure(offered)
+        p50 = ratio_spread(m["on"]["p50"], m["off"]["p50"])
+        thr = ratio_spread(m["on"]["throughput"], m["off"]["throughput"])
+        # share of the offered rate the slower side achieved in its worst round (closed loop: n/a)
+        share = min(min(d["throughput"]) for d in m.values()) / offered if offered else 1.0
+        sustained = share >= 0.99
+        loop = "closed loop" if offered == 0 else f"open loop at {offered:,.0f} queries/s offered to both ({load:.0%} of the profiled closed-loop median)"
+        sp = {f"{k}_{name}": Spread.of(v).as_dict() for name, d in m.items() for k, v in d.items()}
+        write_record(
+            f"collector_latency_{tag}" + ("_closed" if offered == 0 else f"_load_{round(100 * load)}"),
+            f"{workload} p50 latency with per-slice profiling (probe auto, default batching), {keys:,} keys, {loop}",
+            Spread.of(m["on"]["p50"]).median, "us", f"p50 without profiling (interleaved ABAB, median of {rounds} x {seconds} s)",
+            Spread.of(m["off"]["p50"]).median, ratio_spread=p50.as_dict(), verdict=verdict(p50, higher_is_better=False),
+            goal_p50_ratio=1.2, meets_target=p50.median <= 1.2 and sustained, throughput_ratio=thr.as_dict(),
+            # open loop: the question is whether each side kept up with the offered rate
+            **({"throughput_verdict": verdict(thr)} if offered == 0 else {"sustained_share": share}),
+            offered_qps=offered, **sp, host_load=f"{load_before} (before), {_load()} (after); measured under load from other agents",
         )  # fmt: skip
 
 
@@ -133,18 +191,25 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0, help="length of one run (default 2)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--workers", type=int, default=1, help="worker threads (default 1; 0 = one per usable CPU)")
-    ap.add_argument("--waits", default="1000,100000", help="extra batch_max_wait_us values for ycsb-c, comma-separated ('' for none)")
+    ap.add_argument("--waits", default="0,10000", help="extra batch_max_wait_us values for ycsb-c, comma-separated ('' for none; 10000 was the default before work-conserving batches)")
+    ap.add_argument("--loads", default="0.5,0.8", help="open-loop rates for the latency records, as fractions of the profiled closed-loop throughput")
+    ap.add_argument("--parts", default="overhead,latency,sweep", help="which figures to measure (comma-separated: overhead, latency, sweep)")
     ap.add_argument("--keys", default=f"{KEYS},{PLAN_KEYS}",
                     help=f"index sizes, comma-separated (default {KEYS},{PLAN_KEYS}: an in-cache tree, where a reading weighs most, and plan.py's default n_records; the --waits sweep runs at the first)")
     args = ap.parse_args()
     if not (library_path().parent / "pmoss_bench_probe").exists():
         raise SystemExit(f"{library_path().parent}/pmoss_bench_probe missing: cmake -S . -B build && cmake --build build")
     extra = [int(w) for w in args.waits.split(",") if w.strip() and int(w) != BATCH_MAX_WAIT_US_DEFAULT]
+    parts = set(args.parts.split(","))
     read_ns = probe_read()
     for i, keys in enumerate(int(k) for k in args.keys.split(",")):
-        overhead("ycsb-c", [BATCH_MAX_WAIT_US_DEFAULT, *(extra if i == 0 else [])], args.seconds, args.rounds, args.workers, read_ns, keys)
-        overhead("ycsb-a", [BATCH_MAX_WAIT_US_DEFAULT], args.seconds, args.rounds, args.workers, read_ns, keys)
-    sweep_round()
+        if "overhead" in parts:
+            overhead("ycsb-c", [BATCH_MAX_WAIT_US_DEFAULT, *(extra if i == 0 else [])], args.seconds, args.rounds, args.workers, read_ns, keys)
+            overhead("ycsb-a", [BATCH_MAX_WAIT_US_DEFAULT], args.seconds, args.rounds, args.workers, read_ns, keys)
+        if "latency" in parts:
+            latency("ycsb-c", keys, args.seconds, args.rounds, args.workers, [float(f) for f in args.loads.split(",") if f.strip()])
+    if "sweep" in parts:
+        sweep_round()
 
 
 if __name__ == "__main__":

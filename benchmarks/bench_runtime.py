@@ -1,12 +1,15 @@
 """Native runtime benchmarks (C code; Python only drives and records).
 
     cmake -S . -B build && cmake --build build -j2
-    .venv/bin/python benchmarks/bench_runtime.py [--keys 10000000] [--seconds 3]
+    .venv/bin/python benchmarks/bench_runtime.py [--keys 10000000] [--seconds 3] [--repeats 3]
 
 Writes benchmarks/results/runtime_*.json (docs/benchmarks-runtime.md):
+Comparisons are --repeats interleaved repeats (ABAB...): value and baseline are medians, with
+min-max (value_spread, baseline_spread) and the round-paired ratio's range and verdict ("within
+noise" when the range includes 1.0; pmoss.bench.verdict).
 - runtime_tree_lookup / runtime_tree_insert: single-thread pm_tree ops on --keys random 64-bit
-  keys vs absl::btree_map (same keys, same order, same run; build/runtime/pmoss_bench_absl).
-- runtime_ycsb_{a,c,e}_2w: throughput with 2 workers vs 1 worker (same run), --keys dense keys,
+  keys vs absl::btree_map (same keys, same order; build/runtime/pmoss_bench_absl).
+- runtime_ycsb_{a,c,e}_2w: throughput with 2 workers vs 1 worker, --keys dense keys,
   256 slices, os-default schedule.
 - runtime_router: one router's queries/s (generate ycsb-c + route + enqueue, no tree work)
   vs the 2-worker ycsb-c throughput (ratio > 1: the router is not the bottleneck).
@@ -21,9 +24,10 @@ import argparse
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
-from pmoss.bench import write_record
+from pmoss.bench import Spread, interleaved, ratio_spread, verdict, write_record
 from pmoss.collect.runtime import Runtime, library_path
 
 BUILD = library_path().parent
@@ -39,36 +43,47 @@ def _load() -> str:
     return "load average %.2f %.2f %.2f" % os.getloadavg()
 
 
-def bench_tree(n: int) -> None:
-    ours = _run_json("pmoss_bench_tree", "tree", str(n))
-    absl_bin = BUILD / "pmoss_bench_absl"
-    if not absl_bin.exists():
-        raise SystemExit(f"{absl_bin} missing: install libabsl-dev and re-run cmake")
-    base = _run_json("pmoss_bench_absl", str(n))
+def bench_tree(n: int, repeats: int) -> None:
+    if not (BUILD / "pmoss_bench_absl").exists():
+        raise SystemExit(f"{BUILD / 'pmoss_bench_absl'} missing: install libabsl-dev and re-run cmake")
+    # one process per side and round (each times lookups and inserts), sides alternating (ABAB...)
+    out = interleaved({"ours": lambda r: _run_json("pmoss_bench_tree", "tree", str(n)), "absl": lambda r: _run_json("pmoss_bench_absl", str(n))}, repeats)
     for op in ("lookup", "insert"):
-        write_record(
-            f"runtime_tree_{op}", f"single-thread pm_tree {op}s/s, {n} random uint64 keys, leaves 255",
-            n / ours[f"{op}_s"], "ops/s", "absl::btree_map<uint64_t,uint64_t> (same keys, same run)",
-            n / base[f"{op}_s"], host_load=_load(),
-        )  # fmt: skip
+        rates = {name: [n / m[f"{op}_s"] for m in ms] for name, ms in out.items()}
+        _record_pair(f"runtime_tree_{op}", f"single-thread pm_tree {op}s/s, {n} random uint64 keys, leaves 255", "ops/s",
+                     "absl::btree_map<uint64_t,uint64_t> (same keys, same order)", rates["ours"], rates["absl"])  # fmt: skip
 
 
-def bench_throughput(n: int, seconds: float) -> float:
-    """2-worker vs 1-worker throughput per mix; returns the 2-worker ycsb-c figure."""
-    two = Runtime(n_keys=n, dataset="dense", seed=1, n_slices=256)
-    one = Runtime(n_keys=n, dataset="dense", seed=1, n_slices=256, max_workers=1)
+def _record_pair(name: str, metric: str, unit: str, baseline: str, ours: list[float], base: list[float]) -> None:
+    """A record whose value and baseline are medians of interleaved repeats, with min-max and the
+    round-paired ratio's range and verdict ("within noise" when it includes 1.0)."""
+    ratio = ratio_spread(ours, base)
+    write_record(name, metric, Spread.of(ours).median, unit, f"{baseline}; median of {len(base)} interleaved repeats",
+                 Spread.of(base).median, value_spread=Spread.of(ours).as_dict(), baseline_spread=Spread.of(base).as_dict(),
+                 ratio_spread=ratio.as_dict(), verdict=verdict(ratio), host_load=_load())  # fmt: skip
+
+
+def bench_throughput(n: int, seconds: float, repeats: int) -> float:
+    """2-worker vs 1-worker throughput per mix, interleaved repeats; returns the 2-worker ycsb-c median."""
+    rts = {"two": Runtime(n_keys=n, dataset="dense", seed=1, n_slices=256),
+           "one": Runtime(n_keys=n, dataset="dense", seed=1, n_slices=256, max_workers=1)}  # fmt: skip
     ycsb_c = 0.0
     for mix in ("ycsb-a", "ycsb-c", "ycsb-e"):
-        r2 = two.run(mix, seconds, seed=1)
-        r1 = one.run(mix, seconds, seed=1)
-        assert r2["completed"] == r2["dispatched"] and r1["completed"] == r1["dispatched"]
+
+        def run(name: str, mix: str = mix) -> Callable[[int], float]:
+            def one(r: int) -> float:
+                out = rts[name].run(mix, seconds, seed=1 + r)
+                assert out["completed"] == out["dispatched"]
+                return out["throughput"]
+
+            return one
+
+        tp = interleaved({name: run(name) for name in rts}, repeats)
         if mix == "ycsb-c":
-            ycsb_c = r2["throughput"]
-        write_record(
-            f"runtime_{mix.replace('-', '_')}_2w",
-            f"{mix} throughput, 2 workers (1 router, sweepers floating), {n} dense keys, 256 slices, zipf 0.99",
-            r2["throughput"], "queries/s", "same with 1 worker (same run)", r1["throughput"], host_load=_load(),
-        )  # fmt: skip
+            ycsb_c = Spread.of(tp["two"]).median
+        _record_pair(f"runtime_{mix.replace('-', '_')}_2w",
+                     f"{mix} throughput, 2 workers (1 router, sweepers floating), {n} dense keys, 256 slices, zipf 0.99",
+                     "queries/s", "same with 1 worker (same run)", tp["two"], tp["one"])  # fmt: skip
     return ycsb_c
 
 
@@ -98,11 +113,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", type=int, default=10_000_000)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats per comparison (median, min-max, verdict; default 3)")
     args = ap.parse_args()
     if not Path(BUILD / "pmoss_bench_tree").exists():
         raise SystemExit(f"{BUILD}/pmoss_bench_tree missing: cmake -S . -B build && cmake --build build")
-    bench_tree(args.keys)
-    ycsb_c = bench_throughput(args.keys, args.seconds)
+    bench_tree(args.keys, args.repeats)
+    ycsb_c = bench_throughput(args.keys, args.seconds, args.repeats)
     bench_router(args.keys, args.seconds, ycsb_c)
     bench_migration(args.keys)
 

@@ -20,12 +20,20 @@ def fmt(v: object) -> str:
     return "–" if v is None else str(v)
 
 
+def ratio(r: dict) -> str:
+    """The ratio, and where the record has repeats its paired range and verdict (pmoss.bench)."""
+    sp = r.get("ratio_spread")
+    if not sp:
+        return fmt(r.get("ratio"))
+    return f"{sp['median']:.4g} [{sp['min']:.3g}–{sp['max']:.3g}] {r.get('verdict', '')}".rstrip()
+
+
 def table() -> str:
     lines = ["| name | metric | value | baseline (same run) | ratio | target met | date | command |", "|---|---|---|---|---|---|---|---|"]
     for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
         r = json.loads(path.read_text())
         met = {True: "yes", False: "**no**"}.get(r.get("meets_target"), "–")
-        lines.append(f"| {r['name']} | {r['metric']} | {fmt(r['value'])} {r['unit']} | {r['baseline']}: {fmt(r['baseline_value'])} | {fmt(r.get('ratio'))} | {met} | {r['date'][:10]} | `{r['command']}` |")
+        lines.append(f"| {r['name']} | {r['metric']} | {fmt(r['value'])} {r['unit']} | {r['baseline']}: {fmt(r['baseline_value'])} | {ratio(r)} | {met} | {r['date'][:10]} | `{r['command']}` |")
     return "\n".join(lines)
 
 

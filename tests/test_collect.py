@@ -211,3 +211,28 @@ def test_append_rejects_a_newer_schema_naming_the_file(tmp_path):
     with pytest.raises(ContractError, match="future.parquet: field 'schema_version': 7 is newer"):
         append_raw(src, tmp_path / "raw", ["intel-skx-4s"])
     assert not (tmp_path / "raw").exists() or raw_files(tmp_path / "raw") == []
+
+
+def test_runtime_chunks_interleave_kinds_and_report_spread():
+    """Real episodes run round-robin over kinds; the report gives median [min-max] per kind and
+    calls a ratio whose range includes 1.0 noise."""
+    import pyarrow as pa
+
+    from types import SimpleNamespace
+
+    from pmoss.collect.driver import interleave_kinds, kind_report
+
+    def ep(kind: str) -> tuple[None, SimpleNamespace]:
+        return None, SimpleNamespace(kind=kind)  # only the kind decides the order
+
+    chunk = [ep("sn-random"), ep("sn-random"), ep("sn-random"), ep("os-default"), ep("os-default")]
+    assert interleave_kinds(chunk) == [0, 3, 1, 4, 2]
+    cell = {"machine": "m", "workload": "ycsb-c", "dataset": "dense"}
+    rows = [{**cell, "schedule_kind": k, "throughput_qps": v * 1e6} for k, v in
+            [("a", 2.0), ("a", 2.2), ("b", 1.0), ("b", 1.1), ("c", 2.1), ("c", 1.5)]]  # fmt: skip
+    lines = kind_report([pa.Table.from_pylist(rows)])
+    assert lines[0] == "m ycsb-c dense: Mq/s median [min-max]; vs best (a)"
+    by_kind = {line.split()[0]: line for line in lines[1:]}
+    assert by_kind["a"].endswith("best") and "2.10 [2.00-2.20]" in by_kind["a"]
+    assert by_kind["b"].endswith("loss")  # 1.0/2.0 .. 1.1/2.2: always below
+    assert by_kind["c"].endswith("within noise")  # 2.1/2.0 = 1.05 but 1.5/2.2 = 0.68

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 
 from pmoss.collect import collector, testbed
@@ -148,3 +149,22 @@ def test_runtime_backend_kill_and_resume(tmp_path, perf_events):
     ids = read_raw(out)["episode_id"].to_pylist()
     assert len(ids) == len(set(ids)) == 10 and set(ids) == planned_ids(pool, tmp_path)
     assert [p for p in out.rglob(".*")] == []
+
+
+def test_runtime_collect_command_prints_kinds_with_spread(tmp_path, perf_events):
+    """`pmoss collect` on real hosts ends with each kind's throughput as median [min-max] and a
+    verdict against the best kind, per cell."""
+    from typer.testing import CliRunner
+
+    from pmoss.collect.driver import collect_command
+
+    app = typer.Typer()
+    app.command()(collect_command)
+    res = CliRunner().invoke(app, [str(write_pool(tmp_path)), "-q", "-o", str(tmp_path / "raw")])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    heads = [line for line in lines if "Mq/s median [min-max]; vs best" in line]
+    assert len(heads) == 2  # one per cell (ycsb-c, scan)
+    kinds = [line.split() for line in lines if line.startswith("  ")]
+    assert {k[0] for k in kinds} == {"sn-random", "os-default"} and all("n=2" in k or "n=1" in k for k in kinds)
+    assert all(k[-1] in ("best", "loss", "win") or k[-2:] == ["within", "noise"] for k in kinds)

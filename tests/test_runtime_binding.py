@@ -184,3 +184,13 @@ def test_batch_wait_default_matches_header() -> None:
     header = (Path(__file__).resolve().parents[1] / "runtime/include/pmoss/runtime.h").read_text()
     m = re.search(r"#define PM_BATCH_MAX_WAIT_US_DEFAULT (\d+)", header)
     assert m and int(m.group(1)) == rtmod.BATCH_MAX_WAIT_US_DEFAULT
+
+
+def test_open_loop_keeps_the_offered_rate(rt: rtmod.Runtime) -> None:
+    """offered_qps paces the routers: the run never runs ahead of the offered rate (closed loop
+    here does millions/s), every query is served, and a negative rate is refused."""
+    out = rt.run("ycsb-c", 0.3, offered_qps=20_000)
+    assert out["completed"] == out["dispatched"] > 0
+    assert out["throughput"] <= 20_000 * 1.05
+    with pytest.raises(rtmod.NativeRuntimeError, match="offered_qps"):
+        rt.run("ycsb-c", 0.1, offered_qps=-1)

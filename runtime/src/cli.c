@@ -38,8 +38,8 @@ static const char usage[] =
     "  --share-cpus auto|yes|no  let routers/sweepers share worker CPUs (default auto)\n"
     "  --queue Q              per-worker queue capacity, power of two (default 1024)\n"
     "  --batch B              probe granularity: queries per slice batch (default 100)\n"
-    "  --batch-max-wait US    run a partial batch once its oldest query waited US\n"
-    "                         microseconds (0: never wait; default " PM_STR(PM_BATCH_MAX_WAIT_US_DEFAULT) " with\n"
+    "  --batch-max-wait US    deadline: a partial batch runs once its oldest query waited US\n"
+    "                         microseconds, or as soon as the queue is empty (0: never\n                         wait; default " PM_STR(PM_BATCH_MAX_WAIT_US_DEFAULT) " with\n"
     "                         --probe, 0 without)\n"
     "schedule:\n"
     "  --schedule FILE        schedule JSON (docs/contracts.md, schema version 1 or 2:\n"
@@ -59,6 +59,8 @@ static const char usage[] =
     "  --scan-min N --scan-max M  scan length range (default 1..100)\n"
     "  --workload-seed S      (default 1)\n"
     "  --seconds T            run time (default 5)\n"
+    "  --offered-qps R        open loop: routers send R queries/s in all (default 0:\n"
+    "                         closed loop, every queue kept full)\n"
     "probe (when built with the collector):\n"
     "  --probe auto|software|hardware  read per-slice counters every --batch queries\n"
     "  --probe hardware-only  hardware counters and no software events: task-clock\n"
@@ -160,7 +162,7 @@ static int load_and_set(pm_runtime *rt, const char *path, const char *when)
 enum {
     O_KEYS = 256, O_DATASET, O_SEED, O_SLICES, O_EQW, O_LEAF, O_ROUTERS, O_WORKERS, O_SHARE,
     O_QUEUE, O_BATCH, O_BATCH_WAIT, O_SCHED, O_SWITCH, O_SWITCH_AT, O_WORKLOAD, O_DIST, O_THETA, O_SMIN,
-    O_SMAX, O_WSEED, O_SECONDS, O_PER_SLICE, O_TOPO, O_PROBE, O_OFFCORE, O_MACHINE, O_HELP
+    O_SMAX, O_WSEED, O_SECONDS, O_OFFERED, O_PER_SLICE, O_TOPO, O_PROBE, O_OFFCORE, O_MACHINE, O_HELP
 };
 
 int main(int argc, char **argv)
@@ -177,7 +179,7 @@ int main(int argc, char **argv)
         {"workload", 1, 0, O_WORKLOAD}, {"distribution", 1, 0, O_DIST},
         {"theta", 1, 0, O_THETA},       {"scan-min", 1, 0, O_SMIN},
         {"scan-max", 1, 0, O_SMAX},     {"workload-seed", 1, 0, O_WSEED},
-        {"seconds", 1, 0, O_SECONDS},   {"per-slice", 0, 0, O_PER_SLICE},
+        {"seconds", 1, 0, O_SECONDS},   {"offered-qps", 1, 0, O_OFFERED}, {"per-slice", 0, 0, O_PER_SLICE},
         {"show-topology", 0, 0, O_TOPO}, {"probe", 1, 0, O_PROBE},
         {"offcore", 2, 0, O_OFFCORE},   {"machine", 1, 0, O_MACHINE},
         {"help", 0, 0, O_HELP},
@@ -234,6 +236,7 @@ int main(int argc, char **argv)
         case O_SMAX: spec.scan_max = (uint32_t)strtoul(optarg, NULL, 0); break;
         case O_WSEED: spec.seed = strtoull(optarg, NULL, 0); break;
         case O_SECONDS: seconds = strtod(optarg, NULL); break;
+        case O_OFFERED: spec.offered_qps = strtod(optarg, NULL); break;
         case O_PER_SLICE: per_slice = 1; break;
         case O_TOPO: show_topo = 1; break;
         case O_PROBE: probe = optarg; break;

@@ -9,9 +9,10 @@
  * (round robin) for shared kinds. Workers pop queued
  * queries into per-slice pending batches (pending.c, FCFS within a slice)
  * and run a slice's batch once it holds batch_queries queries, or earlier
- * when its oldest query waited batch_max_wait_us, the queue ran dry or the
- * run stops. Due batches run back to back, one probe reading between two,
- * counting per slice. Core sweepers (one per node) sum their
+ * when its oldest query waited batch_max_wait_us, as soon as the queue is
+ * empty (work-conserving) or when the run stops. Due batches run back to
+ * back, one probe reading between two, counting per slice. Routers keep
+ * every queue full (closed loop) or send spec.offered_qps (open loop). Core sweepers (one per node) sum their
  * node's worker tables; the off-core sweeper drives the sweep rounds, reads
  * the uncore PMUs (memory controllers, socket links) through the uncore hook
  * and publishes both as one snapshot. On hosts too small to reserve CPUs, routers and sweepers run
@@ -58,11 +59,8 @@ static const char *const own_stat_names[N_OWN_STATS] = {"queries", "nodes_visite
  * (one reading per batch + 1) stays short enough to keep expiry timely. */
 #define DUE_MAX 32u
 /* idle_wait phases, in consecutive empty polls: spin, then yield the CPU,
- * then sleep. A worker flushes its pending batches before it would sleep:
- * never sleeping on pending queries bounds the latency added at low load by
- * the spin + yield phase, while a queue that is only momentarily empty
- * under load (a router preempted on a shared CPU, which a yield lets run)
- * does not cut every slice's batch short. */
+ * then sleep. A worker enters them only with nothing pending (it runs its
+ * partial batches as soon as its queue is empty). */
 #define IDLE_SPINS 64u
 #define IDLE_YIELDS 2048u
 
@@ -912,16 +910,39 @@ static unsigned choose_worker(pm_runtime *rt, router *ro, const routing *r, cons
     return least_loaded(rt, r->members + g.first, g.n, ro->rr++);
 }
 
+/* Open loop (spec.offered_qps > 0): each router sends its share of the
+ * offered rate, query k at start + k / rate; a router behind schedule sends
+ * at once (it never skips), so the achieved rate is min(offered, capacity). */
+static uint64_t due_ns(const pm_runtime *rt, uint64_t t0_ns, uint64_t sent)
+{
+    double per_router = rt->spec.offered_qps / (double)rt->n_routers;
+    return t0_ns + (uint64_t)((double)sent * 1e9 / per_router);
+}
+
+/* Wait for the next query's time; called outside every epoch section, so a
+ * slow rate never holds up a schedule swap's grace period. */
+static void pace(const pm_runtime *rt, uint64_t t0_ns, uint64_t sent)
+{
+    uint64_t due = due_ns(rt, t0_ns, sent);
+    unsigned spins = 0;
+    while (pm_now_ns() < due && atomic_load_explicit(&rt->routers_go, memory_order_relaxed))
+        if (++spins > IDLE_SPINS)
+            sched_yield(); /* a paced router may share its CPU with a worker */
+}
+
 static void *router_main(void *arg)
 {
     router *ro = arg;
     pm_runtime *rt = ro->rt;
     pin_self(ro->cpu);
-    uint64_t sent = 0;
+    uint64_t sent = 0, t0_ns = pm_now_ns();
+    bool paced = rt->spec.offered_qps > 0;
     while (atomic_load_explicit(&rt->routers_go, memory_order_relaxed)) {
         pm_epoch_enter(&rt->epoch, ro->idx);
         routing *r = atomic_load(&rt->routing); /* seq_cst: after the epoch store */
         for (int i = 0; i < ROUTE_BATCH; i++) {
+            if (paced && pm_now_ns() < due_ns(rt, t0_ns, sent))
+                break; /* not due yet: wait outside the epoch section */
             pm_query q;
             if (pm_workload_next(ro->w, &q) != 0) {
                 atomic_store(&ro->failed, 1);
@@ -940,6 +961,8 @@ static void *router_main(void *arg)
         pm_epoch_exit(&rt->epoch, ro->idx);
         /* relaxed: read by stop() after joining this thread */
         atomic_store_explicit(&ro->dispatched, sent, memory_order_relaxed);
+        if (paced)
+            pace(rt, t0_ns, sent);
     }
     return NULL;
 }
@@ -1065,10 +1088,12 @@ static void *worker_main(void *arg)
         int empty;
         if (pm_pending_drain(&w->pend, &w->q, rt->cfg.queue_capacity, &empty))
             spins = 0;
-        /* stopping, or about to sleep: everything pending runs now */
+        /* work-conserving: once the queue is empty, waiting for more of a
+         * slice's queries would only idle the worker, so everything
+         * pending runs now (grouped by slice); while queries keep coming,
+         * batches fill up to G or until the deadline */
         if (w->pend.oldest != PM_PENDING_NONE)
-            pm_pending_pick(&w->pend, empty && (stopping || spins >= IDLE_YIELDS), wait_ns,
-                            pm_now_ns());
+            pm_pending_pick(&w->pend, empty, wait_ns, pm_now_ns());
         if (w->pend.n_due) {
             /* every batch's stats are stored when it ends: idle time finds
              * nothing left to flush for the sweepers */

@@ -234,6 +234,9 @@ typedef struct pm_workload_spec {
     uint32_t scan_min;          /* scan length uniform in [scan_min, scan_max]; */
     uint32_t scan_max;          /* 0/0 picks 1..100 */
     uint64_t seed;
+    double offered_qps;         /* pm_runtime_start/run: 0 closed loop (routers
+                                  keep every queue full); > 0 open loop at
+                                  this many queries/s over all routers */
 } pm_workload_spec;
 
 typedef struct pm_workload pm_workload;
@@ -271,12 +274,14 @@ int pm_dataset_generate(const char *dataset, uint64_t n, uint64_t seed, uint64_t
  * worker's thread after it is pinned to worker_cpu and returns 0 or -errno;
  * read() writes n_values cumulative counter values; close() frees state.
  * read() runs only on the worker's thread. Each worker collects queued
- * queries into per-slice batches of up to batch_queries queries and runs due
- * batches back to back, reading the probe once before the first and once
- * after each batch; the delta between two consecutive readings goes to the
- * slice of the batch between them, which holds only that slice's queries
- * (exact attribution, never a mixed window; popping the queue happens
- * outside every window). A run of B batches costs B + 1 reads. n_values <= 64. */
+ * queries into per-slice batches of up to batch_queries queries (a batch
+ * closes when full, on its deadline, or as soon as the worker's queue is
+ * empty: see batch_max_wait_us) and runs due batches back to back, reading
+ * the probe once before the first and once after each batch; the delta
+ * between two consecutive readings goes to the slice of the batch between
+ * them, which holds only that slice's queries (exact attribution, never a
+ * mixed window; popping the queue happens outside every window). A run of B
+ * batches costs B + 1 reads. n_values <= 64. */
 typedef struct pm_probe_ops {
     int (*open)(void *ctx, int worker_cpu, void **state);
     void (*read)(void *state, uint64_t *values);
@@ -323,10 +328,11 @@ typedef enum pm_boundaries {
     PM_BOUNDARIES_EQUAL_WIDTH = 1  /* equal key-range width over [min, max] */
 } pm_boundaries;
 
-/* batch_max_wait_us (see pm_runtime_config): the wait used with a probe
+/* batch_max_wait_us (see pm_runtime_config): the deadline used with a probe
  * when the config says AUTO (the latency/overhead trade-off behind it is
- * measured in docs/benchmarks.md), and AUTO itself. */
-#define PM_BATCH_MAX_WAIT_US_DEFAULT 10000
+ * measured in docs/benchmarks.md), and AUTO itself. Short: it only matters
+ * while a worker's queue never empties (overload, closed loop). */
+#define PM_BATCH_MAX_WAIT_US_DEFAULT 1000
 #define PM_BATCH_MAX_WAIT_AUTO UINT32_MAX
 
 typedef struct pm_runtime_config {
@@ -341,26 +347,29 @@ typedef struct pm_runtime_config {
                                   pending batches and runs a slice's batch
                                   (one probe window) when it holds G
                                   queries. Execution order is FCFS per
-                                  slice, not per worker: that is the price
-                                  of exact per-slice attribution at ~1 read
-                                  per G queries. */
-    unsigned batch_max_wait_us; /* latency bound of batching: a partial
-                                  batch runs once its oldest query waited
-                                  this long (0: partial batches never wait,
-                                  every drain runs all that is pending).
-                                  Default PM_BATCH_MAX_WAIT_AUTO: PM_BATCH_
-                                  MAX_WAIT_US_DEFAULT with a probe, 0
-                                  without (nothing to amortise). Partial
-                                  batches also run when the worker's queue
-                                  stays empty through its spin + yield
-                                  phase (idle or light load keeps low
-                                  latency), when the run stops (nothing
-                                  lost or repeated) and when the worker's
-                                  pending pool (min(n_slices x G, 65536)
-                                  queries) is full. Larger waits mean
-                                  fuller batches (fewer reads, more cache
-                                  locality per slice) and higher latency
-                                  under load. */
+                                  slice within what the worker has drained
+                                  (work-conserving: see batch_max_wait_us):
+                                  the price of exact per-slice attribution
+                                  at <= 1 read per batch. */
+    unsigned batch_max_wait_us; /* deadline of a partial batch while the
+                                  worker's queue keeps delivering: it runs
+                                  once its oldest query waited this long
+                                  (0: every drain runs all that is
+                                  pending). Default PM_BATCH_MAX_WAIT_AUTO:
+                                  PM_BATCH_MAX_WAIT_US_DEFAULT with a probe,
+                                  0 without (nothing to amortise). Work-
+                                  conserving: whenever a drain finds the
+                                  queue empty, every partial batch runs at
+                                  once (waiting would only idle the
+                                  worker), so batches are as large as the
+                                  load makes them and a light load adds no
+                                  batching wait. Partial batches also run
+                                  when the run stops (nothing lost or
+                                  repeated) and when the worker's pending
+                                  pool (min(n_slices x G, 65536) queries)
+                                  is full. A longer deadline means fuller
+                                  batches under overload (fewer reads) and
+                                  higher latency there. */
     unsigned queue_capacity;   /* per worker, power of two, default 1024 */
     unsigned routers_per_node; /* default 1 */
     unsigned max_workers;      /* 0 = one worker per usable CPU */

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import typer
 from tqdm import tqdm
 
+from pmoss.bench import Spread, ratio_spread, verdict
 from pmoss.collect.plan import EpisodeSpec, Pool, expand, load_pool
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.policies import generate
@@ -144,13 +145,45 @@ def run_runtime_chunk(chunk: Chunk) -> list[dict[str, Any]]:
 
     spec = chunk[0][0]
     bed = Testbed(runtime_machine(spec.machine, spec.descriptor), spec.n_records, spec.dataset, spec.n_slices)
-    rows = []
-    for s, schedule in chunk:
+    rows: dict[int, dict[str, Any]] = {}
+    for i in interleave_kinds(chunk):
+        s, schedule = chunk[i]
         bed.enforce(schedule)
-        row = bed.run(s.workload, s.window_s, seed=s.seed, run_index=s.run_index)
-        row["episode_id"] = spec_id(s, schedule)
-        rows.append(row)
-    return rows
+        rows[i] = bed.run(s.workload, s.window_s, seed=s.seed, run_index=s.run_index)
+        rows[i]["episode_id"] = spec_id(s, schedule)
+    return [rows[i] for i in range(len(chunk))]  # plan order, whatever order they ran in
+
+
+def interleave_kinds(chunk: Chunk) -> list[int]:
+    """Indexes of a chunk's episodes round-robin over schedule kinds (A0 B0 C0 A1 B1 ...), so drift
+    in a shared host's load hits every kind alike instead of one kind's whole block."""
+    by_kind: dict[str, list[int]] = {}
+    for i, (_, schedule) in enumerate(chunk):
+        by_kind.setdefault(schedule.kind, []).append(i)
+    rounds = max(map(len, by_kind.values()), default=0)
+    return [eps[r] for r in range(rounds) for eps in by_kind.values() if r < len(eps)]
+
+
+def kind_report(tables: list[pa.Table]) -> list[str]:
+    """Per cell of real episodes: each kind's throughput as median [min-max] over its episodes,
+    and each kind against the cell's best kind (by median) as a ratio with its spread and a
+    verdict ("within noise" when the range includes 1.0). The episodes of a kind are repeats in
+    the sense that matters here (same cell, interleaved with the other kinds); for generated
+    kinds they also differ in their schedule seed."""
+    cells: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for t in tables:
+        for row in t.select(["machine", "workload", "dataset", "schedule_kind", "throughput_qps"]).to_pylist():
+            cell = cells.setdefault((row["machine"], row["workload"], row["dataset"]), {})
+            cell.setdefault(row["schedule_kind"], []).append(row["throughput_qps"])
+    lines = []
+    for (machine, workload, dataset), kinds in cells.items():
+        best = max(kinds, key=lambda k: Spread.of(kinds[k]).median)
+        lines.append(f"{machine} {workload} {dataset}: Mq/s median [min-max]; vs best ({best})")
+        for kind, v in sorted(kinds.items(), key=lambda kv: -Spread.of(kv[1]).median):
+            r = ratio_spread(v, kinds[best])
+            vs = "best" if kind == best else f"{r.format(digits=3)} {verdict(r)}"
+            lines.append(f"  {kind:<14} {Spread.of(v).format(1e6)}  n={len(v)}  {vs}")
+    return lines
 
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -264,8 +297,9 @@ def _ray_result(ray: Any, ref: Any, chunk: Chunk) -> pa.Table:
 
 
 def collect(pool: Pool, out: Path, progress: bool = True, ray_address: str | None = None, use_ray: bool = False,
-            wait_s: float = RAY_WAIT_S, source: str = "pool") -> int:  # fmt: skip
-    """Run every pending episode of `pool`; returns how many episodes were written."""
+            wait_s: float = RAY_WAIT_S, source: str = "pool", written_tables: list[pa.Table] | None = None) -> int:  # fmt: skip
+    """Run every pending episode of `pool`; returns how many episodes were written (and appends
+    their tables to `written_tables` when given)."""
     chunks = plan_chunks(pending(pool, out, source))
     remove_stale_temps(out)
     tables = run_ray(chunks, ray_address, wait_s) if use_ray and chunks else run_local(chunks)  # nothing pending: no cluster
@@ -275,6 +309,8 @@ def collect(pool: Pool, out: Path, progress: bool = True, ray_address: str | Non
             write_chunk(out, table)
             written += table.num_rows
             bar.update(table.num_rows)
+            if written_tables is not None:
+                written_tables.append(table)
     return written
 
 
@@ -332,8 +368,12 @@ def collect_command(
         except ValueError:
             raise typer.BadParameter(f"'{search_budgets}': expected comma-separated integers", param_hint="--search-budgets") from None
     pool = load_pool(pool_file, episodes_per_cell=episodes_per_cell, n_slices=n_slices, search_runs=search_runs, search_budgets=budgets)
+    tables: list[pa.Table] = []
     n = collect(pool, output, progress=not quiet, ray_address=ray_address, use_ray=ray or ray_address is not None,
-                wait_s=ray_wait, source=str(pool_file))  # fmt: skip
+                wait_s=ray_wait, source=str(pool_file), written_tables=tables)  # fmt: skip
     typer.echo(f"{pool.name}: wrote {n} new episode(s) under {output}")
+    if pool.backend == "runtime":  # real hosts are noisy: every figure with its spread
+        for line in kind_report(tables):
+            typer.echo(line)
     for src in append or []:
         typer.echo(f"{src}: appended {append_raw(src, output, pool.machines)} episode(s) of kind 'learned'")

@@ -42,6 +42,7 @@ void pm_schedule_destroy(pm_schedule *s);
 typedef struct pm_workload_spec {
     const char *mix; const char *distribution; double zipf_theta; double hotspot_data;
     double hotspot_ops; uint32_t scan_min; uint32_t scan_max; uint64_t seed;
+    double offered_qps;
 } pm_workload_spec;
 typedef struct pm_probe_ops {
     void *open; void *read; void *close; int n_values; const char *const *names;
@@ -158,7 +159,7 @@ def host_pmu_facts() -> dict[str, Any]:
             "reason": _message(out.reason)}
 
 
-BATCH_MAX_WAIT_US_DEFAULT = 10_000  # = PM_BATCH_MAX_WAIT_US_DEFAULT (runtime.h): the wait with a probe when none is given
+BATCH_MAX_WAIT_US_DEFAULT = 1_000  # = PM_BATCH_MAX_WAIT_US_DEFAULT (runtime.h): a partial batch's deadline with a probe when none is given
 
 
 def _message(err: Any) -> str:
@@ -235,8 +236,9 @@ class Runtime:
         controllers, socket links) the off-core sweeper opens at every run start: "/sys" here.
 
         batch_queries: queries per slice batch (one probe window each); batch_max_wait_us: run a
-        partial batch once its oldest query waited this long (0: never wait; None: the runtime's
-        default, PM_BATCH_MAX_WAIT_US_DEFAULT with a probe and 0 without)."""
+        partial batch once its oldest query waited this long while the queue keeps delivering (0: never
+        wait; None: the runtime's default, PM_BATCH_MAX_WAIT_US_DEFAULT with a probe and 0 without);
+        a worker whose queue is empty runs every partial batch at once."""
         self._lib = load_library()
         cfg = _ffi.new("pm_runtime_config *")
         self._lib.pm_runtime_config_init(cfg)
@@ -334,8 +336,13 @@ class Runtime:
 
     # ---- running ----
     def run(self, workload: str, seconds: float, seed: int = 1, *, distribution: str | None = None,
-            zipf_theta: float = 0.0, scan_min: int = 0, scan_max: int = 0) -> dict[str, Any]:
+            zipf_theta: float = 0.0, scan_min: int = 0, scan_max: int = 0,
+            offered_qps: float = 0.0) -> dict[str, Any]:
         """Run a workload for `seconds`; per-slice counts are this run's, stats cumulative.
+
+        ``offered_qps`` 0 (default) is closed loop: routers keep every worker queue full; > 0
+        paces the routers to that many queries/s in all (open loop; the achieved rate is
+        ``throughput``), so two configurations can be compared at the same throughput.
 
         ``latency_p50_ns`` / ``latency_p99_ns`` / ``latency_max_ns`` (and ``latency`` with the
         full summary) cover every query of this run, whatever ``latency()`` calls another
@@ -347,6 +354,9 @@ class Runtime:
             keep.append(_ffi.new("char[]", distribution.encode()))
             spec.distribution = keep[1]
         spec.zipf_theta, spec.scan_min, spec.scan_max, spec.seed = zipf_theta, scan_min, scan_max, seed
+        if not offered_qps >= 0:
+            raise NativeRuntimeError(f"offered_qps must be >= 0 queries/s, got {offered_qps}")
+        spec.offered_qps = offered_qps
         res = _ffi.new("pm_run_result *")
         per_slice = _ffi.new("uint64_t[]", self.n_slices)
         err = _ffi.new("char[]", _ERR_LEN)

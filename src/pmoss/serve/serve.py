@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import typer
 
+from pmoss.bench import Spread, interleaved, ratio_spread, verdict
 from pmoss.contracts.errors import ContractError, PmossError
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.policies import generate
@@ -73,6 +74,7 @@ class Timeline:
     rows: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     clock: Any = None  # simulated time source for the sim backend; None = wall clock
+    served: dict[str, Schedule] = field(default_factory=dict)  # phase label -> schedule in force at its end
 
     def now(self) -> float:
         return self.clock() if self.clock else time.monotonic() - self.start
@@ -245,6 +247,7 @@ def serve(backend: Any, champion: Champion, cfg: ServeConfig, timeline: Timeline
                         pending = pool.submit(_infer_and_enforce, champion.bundle, backend, row, cfg, timeline, label)
                         if isinstance(backend, SimBackend):  # simulated time must not run ahead of inference
                             pending.exception()
+            timeline.served[label] = current
     except KeyboardInterrupt:
         timeline.add("phase", "stopped", detail="interrupted (Ctrl-C)")
     finally:
@@ -304,24 +307,43 @@ def overheads(timeline: Timeline) -> list[dict[str, Any]]:
     return out
 
 
-def compare_phases(backend: Any, timeline: Timeline, cfg: ServeConfig, kinds: tuple[str, ...], rounds: int = 3) -> dict[str, dict[str, Any]]:
-    """Per phase: the served schedule's steady throughput (rounds after the phase's last enforced
-    schedule) vs each static baseline run on the same backend for the same workload."""
+def compare_phases(backend: Any, timeline: Timeline, cfg: ServeConfig, kinds: tuple[str, ...], repeats: int = 3) -> dict[str, dict[str, Any]]:
+    """Per phase: the schedule in force at the phase's end vs every static baseline, re-measured on
+    the same backend for the phase's workload as interleaved repeats (one round each, the order
+    rotated every round, the same seed for every schedule within a round). Per schedule the median
+    throughput (flat, as before) and its min-max under `spread`; served / best baseline (best by
+    median) as a round-paired ratio with its range and a verdict ("within noise" when the range
+    includes 1.0). `served_while_serving`: the mean of the phase's steady rounds while serving."""
     out: dict[str, dict[str, Any]] = {}
     for i, phase in enumerate(cfg.phases):
         label = f"{i}:{phase.workload}"
-        rows = [r for r in timeline.rows if r["phase"] == label]
-        settled = max([r["t_s"] for r in rows if r["event"] == "migration_end"], default=-math.inf)
-        steady = [r["throughput_qps"] for r in rows if r["event"] == "throughput" and r["t_s"] > settled]
-        served = float(np.mean(steady or [r["throughput_qps"] for r in rows if r["event"] == "throughput"]))
-        entry: dict[str, Any] = {"served": served}
-        for kind in kinds:
-            backend.enforce(generate(kind, backend.machine, backend.n_slices))  # type: ignore[arg-type]
-            entry[kind] = float(np.mean([backend.round(phase.workload, cfg.round_s, seed=10_000 + r)["throughput_qps"] for r in range(rounds)]))
-        best = max(kinds, key=lambda k: entry[k])
-        entry.update(best_baseline=best, served_vs_best=served / entry[best])
-        out[label] = entry
+        if label not in timeline.served:
+            continue  # the phase never ran (Ctrl-C)
+        schedules = {"served": timeline.served[label], **{k: generate(k, backend.machine, backend.n_slices) for k in kinds}}  # type: ignore[arg-type]
+        tp = interleaved({name: _round_under(backend, sched, phase.workload, cfg.round_s) for name, sched in schedules.items()}, repeats)
+        spreads = {name: Spread.of(v) for name, v in tp.items()}
+        best = max(kinds, key=lambda k: spreads[k].median)
+        ratio = ratio_spread(tp["served"], tp[best])
+        out[label] = {**{name: s.median for name, s in spreads.items()}, "spread": {name: s.as_dict() for name, s in spreads.items()},
+                      "best_baseline": best, "served_vs_best": ratio.median, "served_vs_best_min": ratio.lo,
+                      "served_vs_best_max": ratio.hi, "verdict": verdict(ratio), "repeats": repeats,
+                      "served_while_serving": _steady(timeline, label)}  # fmt: skip
     return out
+
+
+def _round_under(backend: Any, schedule: Schedule, workload: str, seconds: float) -> Any:
+    def one(r: int) -> float:
+        backend.enforce(schedule)
+        return float(backend.round(workload, seconds, seed=10_000 + r)["throughput_qps"])
+
+    return one
+
+
+def _steady(timeline: Timeline, label: str) -> float:
+    rows = [r for r in timeline.rows if r["phase"] == label]
+    settled = max([r["t_s"] for r in rows if r["event"] == "migration_end"], default=-math.inf)
+    steady = [r["throughput_qps"] for r in rows if r["event"] == "throughput" and r["t_s"] > settled]
+    return float(np.mean(steady or [r["throughput_qps"] for r in rows if r["event"] == "throughput"]))
 
 
 def plot_timeline(timeline: Timeline, out: Path, source: str) -> None:
@@ -368,6 +390,7 @@ def serve_command(
     timer_s: Annotated[float, typer.Option(help="With --trigger timer: seconds between inferences.")] = 10.0,
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for timeline.parquet, timeline.png and phases.json.")] = Path("serve"),
     compare: Annotated[bool, typer.Option(help="Afterwards, run every static baseline per phase and compare.")] = True,
+    repeats: Annotated[int, typer.Option(min=1, help="With --compare: interleaved rounds per schedule and phase (median and min-max; >= 2 to tell a win from noise).")] = 3,
 ) -> None:
     """Serve a workload while the champion model proposes and enforces schedules."""
     plan = parse_phases(phases)
@@ -392,21 +415,30 @@ def serve_command(
         from pmoss.contracts.io import atomic_write_text
         from pmoss.contracts.policies import BASELINE_KINDS
 
-        phases_out = compare_phases(be, timeline, cfg, BASELINE_KINDS)
+        phases_out = compare_phases(be, timeline, cfg, BASELINE_KINDS, repeats)
         atomic_write_text(output / "phases.json", json.dumps({"source": source, "phases": phases_out, "overheads": overheads(timeline)}, indent=1) + "\n")
         _print_phases(phases_out, source)
 
 
 def _print_phases(phases: dict[str, dict[str, Any]], source: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"served schedule vs static baselines per phase (Mq/s, source={source})")
-    for col in ("phase", "served", "best baseline", "served / best"):
+    n = next(iter(phases.values()), {}).get("repeats", 0)
+    table = Table(title=escape(f"served schedule vs static baselines per phase (Mq/s, median [min-max] of {n} interleaved rounds, source={source})"))
+    for col in ("phase", "served", "best baseline", "served / best", "verdict"):
         table.add_column(col)
     for label, e in phases.items():
-        table.add_row(label, f"{e['served'] / 1e6:.2f}", f"{e['best_baseline']} {e[e['best_baseline']] / 1e6:.2f}", f"{e['served_vs_best']:.3f}")
+        served, best = Spread(**_spread_args(e["spread"]["served"])), Spread(**_spread_args(e["spread"][e["best_baseline"]]))
+        ratio = Spread(e["served_vs_best"], e["served_vs_best_min"], e["served_vs_best_max"], e["repeats"])
+        cells = (label, served.format(1e6), f"{e['best_baseline']} {best.format(1e6)}", ratio.format(digits=3), e["verdict"])
+        table.add_row(*map(escape, cells))
     Console().print(table)
+
+
+def _spread_args(d: dict[str, Any]) -> dict[str, Any]:
+    return {"median": d["median"], "lo": d["min"], "hi": d["max"], "n": d["n"]}
 
 
 def _backend(kind: str, machine: str | None, keys: int, dataset: str, n: int, timeline: Timeline) -> Any:
