@@ -39,6 +39,8 @@ SEED_VARIANTS = 4  # generator seeds tried per heuristic kind
 RANDOM_SHARE = 0.25  # share of the budget spent on extra random starts (cheap, often lucky)
 PROPOSALS = 32  # neighbours scored per round (one model call)
 T_START, T_END = 0.02, 0.0005  # annealing temperature, as a fraction of the current throughput
+CAPPED_STARTS = 32  # group space: random starts drawn under a load cap (see _capped)
+LOAD_CAP = 1.25  # the rollout's load cap (learn/rollout.py LOAD_CAP): busiest worker vs its fair share
 BUDGET_BASE, BUDGET_PER_WORKER = 2000, 10  # default evaluations: 2,000 on the demo machines, ~5,000 at 300 threads
 
 
@@ -68,7 +70,9 @@ def trajectory(machine: Machine | str, workload: Workload | str, dataset: str, n
     if budgets[0] < len(starts):
         raise SimInputError(f"budget: needs at least {len(starts)} evaluations (the seed schedules), got {budgets[0]}")
     n_random = min(int(RANDOM_SHARE * budgets[-1]), max(0, budgets[0] - len(starts)))
-    cand = np.concatenate([starts, _random(hw, n_slices, n_random, space, np.random.default_rng([seed, 1]))])
+    rng0 = np.random.default_rng([seed, 1])
+    n_capped = min(CAPPED_STARTS, n_random // 2) if space == "group" else 0
+    cand = np.concatenate([starts, _random(hw, n_slices, n_random - n_capped, space, rng0), _capped(hw, inp, n_slices, n_capped, rng0)])
     xs, utils = _score(inp, cand)
     i = int(xs.argmax())
     best, best_x, used = cand[i].copy(), float(xs[i]), len(cand)
@@ -118,6 +122,27 @@ def _random(hw: HW, n_slices: int, n: int, space: Space, rng: np.random.Generato
     w = rng.integers(hw.n_workers, size=(n, n_slices))
     width = rng.integers(g.of_worker.shape[0], size=(n, n_slices)) if space == "group" else np.zeros_like(w)
     return g.of_worker[width, w]
+
+
+def _capped(hw: HW, inp: Inputs, n_slices: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Random group schedules under a load cap (as the model's rollout is): each slice in turn to a
+    random group whose busiest member stays under LOAD_CAP x its fair share of the workload's load,
+    else to one of the groups that end least loaded. Good starts the random ones rarely are."""
+    if n == 0:
+        return np.zeros((0, n_slices), dtype=np.int64)
+    g = groups_of(hw.machine)
+    load = slice_profile(inp.workload, inp.n_records, n_slices, insert_order(inp.dataset)).share * hw.n_workers  # [N] in fair shares
+    per = g.member / g.size[:, None]  # [G, W] a slice's share on each member
+    wload = np.zeros((n, hw.n_workers))
+    out = np.zeros((n, n_slices), dtype=np.int64)
+    for t in range(n_slices):
+        after = np.where(g.member[None], wload[:, None, :] + load[t] * per[None], 0).max(-1)  # [n, G]
+        ok = after <= LOAD_CAP + 1e-9
+        ok = np.where(ok.any(1, keepdims=True), ok, after <= after.min(1, keepdims=True) * (1 + 1e-9))
+        pick = np.array([rng.choice(np.flatnonzero(r)) for r in ok], dtype=np.int64)
+        out[:, t] = pick
+        wload += load[t] * per[pick]
+    return out
 
 
 def _neighbours(hw: HW, cur: np.ndarray, util: np.ndarray, rng: np.random.Generator, space: Space) -> np.ndarray:
