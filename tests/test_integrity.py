@@ -14,12 +14,11 @@ import torch
 from pmoss.collect.driver import collect
 from pmoss.collect.plan import load_pool
 from pmoss.contracts.errors import ContractError
-from pmoss.contracts.snapshot import raw_files, read_raw_file
+from pmoss.contracts.snapshot import SLICE_FEATURES, raw_files, read_raw_file
 from pmoss.data.dataset import build, load_tokens
 from pmoss.data.tokens import META_NAMES, Stats
 from pmoss.learn.bundle import Bundle, load_bundle, save_bundle
 from pmoss.learn.model import DecisionTransformer, DTConfig
-from pmoss.contracts.snapshot import SLICE_FEATURES
 
 BIN = Path(sys.executable).parent
 POOL = "name: t\nmachines: [intel-skx-4s]\nworkloads: [ycsb-c]\nepisodes_per_cell: 2\nn_slices: 8\n"
