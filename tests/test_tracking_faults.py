@@ -1,0 +1,55 @@
+"""An unreachable tracking server (a closed loopback port) makes every registry command end within
+a few seconds with one line that says the server cannot be reached and names its URI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pmoss.contracts.errors import PmossError
+from pmoss.learn.tracking import TrackingUnreachable, check_reachable, timeout_s
+
+BIN = Path(sys.executable).parent
+CLOSED = "http://127.0.0.1:9"  # discard port: nothing listens on loopback
+BUDGET_S = 2.0
+STARTUP_S = 20.0  # interpreter + imports on a loaded 2-core machine; the old behaviour took 250 s
+
+
+def _run(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, float]:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": CLOSED, "PMOSS_TRACKING_TIMEOUT_S": str(BUDGET_S)}
+    for k in [k for k in env if k.startswith("MLFLOW_HTTP_REQUEST_")]:
+        del env[k]  # the bounds must come from pmoss, not from the caller
+    start = time.monotonic()
+    r = subprocess.run([BIN / "pmoss", *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    return r, time.monotonic() - start
+
+
+@pytest.mark.parametrize("args", [["registry", "list"], ["registry", "rollback"], ["registry", "promote", "--eval", "eval.yaml"]])
+def test_registry_commands_fail_fast(tmp_path, args):
+    (tmp_path / "eval.yaml").write_text("machines: [intel-skx-4s]\nworkloads: [ycsb-c]\n")
+    r, elapsed = _run(args, tmp_path)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"tracking server {CLOSED} cannot be reached" in lines[0], r.stderr
+    assert elapsed < BUDGET_S + STARTUP_S, elapsed
+
+
+def test_check_reachable_spends_its_budget_then_names_the_server():
+    start = time.monotonic()
+    with pytest.raises(TrackingUnreachable, match=r"http://127.0.0.1:9 cannot be reached \(.*tries in"):
+        check_reachable(CLOSED, 1.0)
+    assert 0.5 < time.monotonic() - start < 3.0  # retried within the budget, not once and not forever
+    check_reachable("sqlite:////nonexistent/x.db", 1.0)  # a local store needs no network
+
+
+def test_timeout_is_configurable(monkeypatch):
+    monkeypatch.setenv("PMOSS_TRACKING_TIMEOUT_S", "0.5")
+    assert timeout_s() == 0.5
+    monkeypatch.setenv("PMOSS_TRACKING_TIMEOUT_S", "soon")
+    with pytest.raises(PmossError, match="PMOSS_TRACKING_TIMEOUT_S='soon'"):
+        timeout_s()
