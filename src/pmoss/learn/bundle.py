@@ -14,13 +14,15 @@ import pickle
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from pmoss.contracts.errors import ContractError
 from pmoss.data.tokens import Stats
-from pmoss.learn.model import DecisionTransformer, DTConfig
+
+if TYPE_CHECKING:  # torch is imported where a bundle is read or written: `pmoss --help` must not pay for it
+    import torch
+
+    from pmoss.learn.model import DecisionTransformer, DTConfig
 
 BUNDLE_FILE = "model.pt"
 
@@ -33,12 +35,16 @@ class Bundle:
     info: dict[str, Any] = field(default_factory=dict)  # algo, dataset hash, git commit, metrics
 
     def model(self) -> DecisionTransformer:
+        from pmoss.learn.model import DecisionTransformer
+
         m = DecisionTransformer(self.config)
         m.load_state_dict(self.state_dict)
         return m.eval()
 
 
 def save_bundle(bundle: Bundle, path: Path) -> None:
+    import torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -50,6 +56,8 @@ def save_bundle(bundle: Bundle, path: Path) -> None:
 
 def bundle_digest(payload: dict[str, Any]) -> str:
     """SHA-256 of a bundle's content: its JSON-able parts, then each tensor's name, dtype, shape and bytes."""
+    import torch
+
     plain = {k: v for k, v in payload.items() if k not in ("state_dict", "sha256")}
     h = hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode())
     for name in sorted(payload["state_dict"]):
@@ -60,6 +68,10 @@ def bundle_digest(payload: dict[str, Any]) -> str:
 
 
 def load_bundle(path: Path) -> Bundle:
+    import torch
+
+    from pmoss.learn.model import DTConfig
+
     path = Path(path)
     if path.is_dir():
         path = path / BUNDLE_FILE
