@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pmoss.contracts.errors import ContractError
+from pmoss.contracts.errors import ContractError, brief
 
 CONTENT_KEY = b"pmoss.content_sha256"
 FILES_KEY = b"pmoss.files_sha256"
@@ -89,7 +89,7 @@ def verify_table(table: Any, path: Path) -> None:
     try:
         digest = table_digest(table)
     except (UnicodeDecodeError, pa.ArrowException) as e:  # a damaged name or list of a table that decoded
-        raise ChecksumError(f"{path}: undecodable content ({' '.join(str(e).split())[:120]}), the file is corrupt; restore or rebuild it") from e
+        raise ChecksumError(f"{path}: undecodable content ({brief(e)}), the file is corrupt; restore or rebuild it") from e
     if recorded.decode(errors="replace") != digest:
         raise ChecksumError(f"{path}: content checksum mismatch, the file is corrupt; restore or rebuild it")
 

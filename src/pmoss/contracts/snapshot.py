@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pmoss.contracts.checksum import stamp_table, verify_table
-from pmoss.contracts.errors import ContractError
+from pmoss.contracts.errors import ContractError, brief
 
 SNAPSHOT_SCHEMA_VERSION = 1
 SOURCES = ("real", "sim", "legacy")
@@ -156,7 +156,7 @@ def read_raw_file(path: Path) -> pa.Table:
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:  # a damaged file fails in many ways: one line for all
-        raise ContractError(f"{path}: not a readable Parquet file ({' '.join(str(e).split())[:200]})") from e
+        raise ContractError(f"{path}: not a readable Parquet file ({brief(e)})") from e
     meta = table.schema.metadata or {}
     if meta.get(b"pmoss.schema") != b"raw-snapshot":
         raise ContractError(f"{path}: not a P-MOSS raw snapshot file (schema metadata missing)")

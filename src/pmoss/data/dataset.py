@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import typer
 
 from pmoss.contracts.checksum import file_digest, stamp_table, verify_files, verify_table
-from pmoss.contracts.errors import ContractError
+from pmoss.contracts.errors import ContractError, brief
 from pmoss.contracts.machine import Machine, load_machine, save_machine
 from pmoss.contracts.snapshot import (
     check_file,
@@ -150,7 +150,7 @@ def load_tokens(path: Path) -> tuple[pa.Table, Stats, dict[str, Machine]]:
     try:
         table = pq.read_table(tokens)
     except (pa.ArrowException, OSError) as e:  # a damaged file fails in many ways: one line for all
-        raise ContractError(f"{tokens}: not a readable Parquet file ({' '.join(str(e).split())[:160]}); rebuild the dataset") from e
+        raise ContractError(f"{tokens}: not a readable Parquet file ({brief(e)}); rebuild the dataset") from e
     if (table.schema.metadata or {}).get(b"pmoss.schema") != b"tokens":
         raise ContractError(f"{tokens}: not a P-MOSS tokens file")
     verify_table(table, tokens)

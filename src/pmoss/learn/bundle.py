@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pmoss.contracts.errors import ContractError
+from pmoss.contracts.errors import ContractError, brief
 from pmoss.data.tokens import Stats
 
 if TYPE_CHECKING:  # torch is imported where a bundle is read or written: `pmoss --help` must not pay for it
@@ -83,7 +83,7 @@ def load_bundle(path: Path) -> Bundle:
         return Bundle(DTConfig(**raw["config"]), Stats(**raw["stats"]), raw["state_dict"], raw.get("info", {}))
     # a damaged zip or pickle fails in many ways: one line naming the file for all of them
     except (OSError, RuntimeError, KeyError, TypeError, ValueError, AttributeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
-        raise ContractError(f"{path}: not a readable P-MOSS model bundle ({' '.join(str(e).split())[:160]})") from e
+        raise ContractError(f"{path}: not a readable P-MOSS model bundle ({brief(e)})") from e
 
 
 def _verify(raw: Any, path: Path) -> None:

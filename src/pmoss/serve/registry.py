@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from pmoss.contracts.errors import PmossError
+from pmoss.contracts.errors import PmossError, brief
 from pmoss.learn.bundle import BUNDLE_FILE, load_bundle
 from pmoss.learn.tracking import ensure_experiment, mlflow_client
 
@@ -142,8 +142,8 @@ def _version(client: Any, name: str, alias: str) -> Any | None:
 
 
 def _first_line(message: str) -> str:
-    """MLflow's messages carry the HTTP library's chain of causes and advice: keep the start of line one."""
-    return " ".join(message.splitlines()[0].split())[:200] if message else "no message"
+    """MLflow's messages carry the HTTP library's chain of causes and advice: keep the first sentence."""
+    return brief(Exception(message or "no message"), 200)
 
 
 def rollback(name: str) -> str:
