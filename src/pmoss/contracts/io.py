@@ -15,6 +15,13 @@ from pmoss.contracts.errors import ContractError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
+REPO_ROOT = Path(__file__).resolve().parents[3]  # src/pmoss/contracts/io.py -> the repository
+
+
+def shipped(relative: str) -> Path:
+    """A config the repository ships (training/*.yaml, datasets/pools/*.yaml), found from any directory."""
+    return REPO_ROOT / relative
+
 
 class DuplicateKey(ValueError):
     pass

@@ -7,11 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from pmoss.contracts.io import load_model
+from pmoss.contracts.io import load_model, shipped
 from pmoss.learn.bundle import BUNDLE_FILE
 from pmoss.learn.config import TrainConfig
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "training" / "dt-tiny.yaml"  # src/pmoss/learn/cli.py -> repository root
+DEFAULT_CONFIG = shipped("training/dt-tiny.yaml")
 
 
 def train_command(
