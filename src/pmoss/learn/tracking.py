@@ -4,9 +4,11 @@ MLFLOW_TRACKING_URI overrides the default. With a sqlite store, artifacts go to 
 next to the database (not to ./mlruns in whatever directory a command ran from).
 
 A server that cannot be reached fails fast: before any MLflow call, a TCP connect to the server is
-tried for at most PMOSS_TRACKING_TIMEOUT_S seconds (default 5), and MLflow's own HTTP timeout and
-retries are bounded to the same budget (its defaults wait minutes: 7 retries, 120 s per request).
-An MLFLOW_HTTP_REQUEST_* variable the user set is kept.
+tried for at most PMOSS_TRACKING_TIMEOUT_S seconds (default 5). A server that answers the connect
+but then stalls is bounded by MLflow's own HTTP timeout and retries, which we lower from its
+defaults (7 retries with exponential backoff, 120 s per request: about 4 minutes of silence) to
+30 s per request and one quick retry; a server that is only slow (a loaded machine, a big model
+upload) still gets 30 s per answer. An MLFLOW_HTTP_REQUEST_* variable the user set is kept.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pmoss.contracts.errors import PmossError
 
 TIMEOUT_ENV = "PMOSS_TRACKING_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 30  # per answer from a server that accepted the connection (MLflow wants an int)
 
 
 class TrackingUnreachable(PmossError):
@@ -52,8 +55,9 @@ def timeout_s() -> float:
 
 
 def bound_http_requests(budget_s: float) -> None:
-    """MLflow's HTTP client: one request waits at most `budget_s`, and retries once, briefly."""
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(budget_s))))
+    """MLflow's HTTP client: one request waits at most REQUEST_TIMEOUT_S (or the connect budget, if
+    longer) for an answer, and retries once, briefly."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(REQUEST_TIMEOUT_S, round(budget_s))))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0.1")
