@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -70,6 +71,18 @@ def test_collect_writes_every_episode_once_and_resumes(tmp_path):
     assert set(t["episode_id"].to_pylist()) < set(table_of(tmp_path / "raw")["episode_id"].to_pylist())
 
 
+def test_search_episodes_are_labelled_and_resumable(tmp_path):
+    """kind search: one oracle search per run, read at each budget; provenance says generator=search."""
+    pool = load_pool(write_pool(tmp_path, epc=2, extra="search_runs: 1\nsearch_budgets: [100, 300]\n"))
+    assert collect(pool, tmp_path / "raw", progress=False) == 4 * (3 + 2)
+    t = read_raw(tmp_path / "raw").to_pylist()
+    search = [r for r in t if r["schedule_kind"] == "search"]
+    assert len(search) == 4 * 2
+    prov = [json.loads(r["schedule_provenance"]) for r in search]
+    assert {p["generator"] for p in prov} == {"search"} and {p["budget"] for p in prov} == {100, 300}
+    assert collect(pool, tmp_path / "raw", progress=False) == 0  # the same searches give the same ids
+
+
 def test_chunks_are_one_cell_each_and_bounded(tmp_path):
     pool = load_pool(write_pool(tmp_path, epc=10))
     chunks = plan_chunks(pending(pool, tmp_path / "raw"), size=4)
@@ -130,6 +143,7 @@ def test_a_killed_writer_leaves_only_its_temp_file_which_resume_ignores(tmp_path
         ("mix: {sn-random: 0.5, sn-grouped: 0.2}\n", "field 'mix'.*sum to 0.7"),
         ("hosts: {ibm-power8: lab-1}\n", "field 'hosts'.*'ibm-power8' is not in machines"),
         ("backend: runtime\nhosts: {intel-skx-4s: lab-1}\n", "field 'hosts'.*'amd-milan-nps4' has no host"),
+        ("backend: runtime\nhosts: {intel-skx-4s: a, amd-milan-nps4: b}\nsearch_runs: 1\n", "field 'search_runs'.*use backend sim"),
     ],
 )
 def test_bad_pools_name_the_field(tmp_path, extra, field):

@@ -116,7 +116,7 @@ def test_evaluate_other_slice_count(tmp_path):
 
 
 @pytest.mark.parametrize(("patch", "needle"), [
-    ("machines: [intel-skx-4s, nope-9000]", "field 'machines': unknown machine 'nope-9000'"),
+    ("machines: [intel-skx-4s, nope-9000]", "field 'machines': unknown simulated machine 'nope-9000'"),
     ("workloads: [ycsb-c, ycsb-z]", "field 'workloads': unknown workload 'ycsb-z'"),
     ("runs: -2", "field 'runs'"),
     ("baselines: [os-default, sn-magic]", "field 'baselines': unknown schedule kind 'sn-magic'"),

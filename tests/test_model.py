@@ -90,7 +90,7 @@ def test_kv_rollout_matches_full_forward():
     m = small_machine(nodes=2, cpus_per_node=6)
     b = _bundle(m, seed=3)
     row = _row(np.random.default_rng(0))
-    chosen, _ = rollout(b, m, row, cap=N)  # cap never binds
+    chosen, _ = rollout(b, m, row, cap=N, load_cap=None)  # no cap binds
     model = b.model()
     meta, feats, share = snapshot_inputs(b, m, row)
     groups = torch.as_tensor(chosen)

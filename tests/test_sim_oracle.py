@@ -1,9 +1,10 @@
-"""Oracle: a valid one-core schedule, at least as good as the best one-core heuristic."""
+"""Oracle: valid schedules, at least as good as every heuristic of its search space."""
 
 import pytest
 
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.policies import generate
+from pmoss.contracts.workload import get_workload
 from pmoss.sim import load_sim_machine, oracle, throughput
 
 N, N_REC = 32, 200_000
@@ -12,7 +13,8 @@ N, N_REC = 32, 200_000
 @pytest.mark.parametrize("name, workload", [("amd-milan-nps4", "ycsb-c"), ("intel-snb-4s", "rsi-20-30-50")])
 def test_oracle_beats_every_one_core_heuristic(name, workload):
     m = load_sim_machine(name)
-    sched, x = oracle(m, workload, "dense", N, seed=0, budget=200, n_records=N_REC)
+    sched, x = oracle(m, workload, "dense", N, seed=0, budget=200, n_records=N_REC, space="one-core")
+    assert sched.widths() == ["thread"] * N
     sched.validate_for(m)
     assert sched.kind == "learned" and sched.provenance["generator"] == "oracle"
     assert x == pytest.approx(throughput(m, workload, "dense", [sched], n_records=N_REC)[0], rel=1e-9)
@@ -29,3 +31,27 @@ def test_oracle_is_deterministic_by_seed():
 def test_oracle_budget_too_small():
     with pytest.raises(ContractError, match="budget"):
         oracle("intel-snb-4s", "ycsb-a", "dense", N, seed=0, budget=3)
+
+
+@pytest.mark.parametrize("name, workload", [("amd-milan-nps4", "ycsb-c"), ("intel-snb-4s", "rsi-20-30-50"), ("intel-skx-4s", "scan")])
+def test_group_oracle_beats_every_baseline(name, workload):
+    """The group oracle is the upper reference: >= every baseline with per-slice groups, sn-numa and
+    sn-hot (given the workload's load) included, since it is seeded from them."""
+    from pmoss.contracts.policies import BASELINE_KINDS
+    from pmoss.sim.profile import insert_order, slice_profile
+
+    m = load_sim_machine(name)
+    sched, x = oracle(m, workload, "dense", N, seed=0, budget=200, n_records=N_REC)
+    assert sched.validate_for(m).provenance["space"] == "group"
+    load = slice_profile(get_workload(workload), N_REC, N, insert_order("dense")).share
+    base = [generate(k, m, N, 0, load=load if k == "sn-hot" else None) for k in BASELINE_KINDS]
+    assert x >= throughput(m, workload, "dense", base, n_records=N_REC).max() * (1 - 1e-9)
+
+
+def test_trajectory_improves_with_budget_and_says_search():
+    from pmoss.sim.oracle import trajectory
+
+    path = trajectory("intel-skx-4s", "ycsb-c", "dense", N, seed=1, budgets=[100, 400], n_records=N_REC, kind="search")
+    assert [s.provenance["budget"] for s, _ in path] == [100, 400]
+    assert all(s.kind == "search" and s.provenance["generator"] == "search" for s, _ in path)
+    assert path[1][1] >= path[0][1]

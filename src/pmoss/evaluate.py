@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pmoss.contracts.groups import groups_of
 from pmoss.contracts.io import atomic_write_text, load_model_with_flags
 from pmoss.contracts.policies import BASELINE_KINDS, generate
-from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule, slices_for
 from pmoss.contracts.workload import DATASETS, WORKLOADS, get_workload
 
 EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values; runs are seeded base + r
@@ -31,10 +32,11 @@ class EvalConfig(BaseModel):
     """Checked whole on load (names, counts), so a bad cell fails before the first one runs."""
 
     model_config = ConfigDict(extra="forbid")
-    machines: list[str] = Field(min_length=1)
+    machines: list[str] = Field(min_length=1)  # pool names, descriptor files, or directories of them
     workloads: list[str] = Field(min_length=1)
     dataset: str = "dense"
     n_slices: int = Field(256, ge=1)
+    slices_per_worker: float | None = Field(None, gt=0)  # set: each machine gets slices_for(machine, this) slices instead of n_slices
     n_records: int = Field(10_000_000, ge=1)
     window_s: float = Field(10.0, gt=0)
     runs: int = Field(3, ge=1)  # evaluation seeds per schedule
@@ -44,13 +46,15 @@ class EvalConfig(BaseModel):
 
     @field_validator("machines")
     @classmethod
-    def _known_machines(cls, names: list[str]) -> list[str]:
-        from pmoss.sim import list_machines
+    def _known_machines(cls, refs: list[str]) -> list[str]:
+        from pmoss.sim import expand_machines, load_sim_machine
 
-        unknown = [n for n in names if n not in list_machines()]
-        if unknown:
-            raise ValueError(f"unknown machine '{unknown[0]}' (simulated machines: {', '.join(list_machines())})")
-        return names
+        try:
+            for ref in expand_machines(refs):
+                load_sim_machine(ref)
+        except ContractError as e:
+            raise ValueError(str(e).removeprefix("machine: ")) from None
+        return refs
 
     @field_validator("workloads")
     @classmethod
@@ -102,8 +106,11 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
     from pmoss.sim import load_sim_machine
 
     machine = load_sim_machine(machine_name)
+    if cfg.slices_per_worker:
+        cfg = cfg.model_copy(update={"n_slices": slices_for(machine, cfg.slices_per_worker)})
     snapshot = cell_snapshot(machine, workload, cfg)
-    schedules = {kind: generate(kind, machine, cfg.n_slices) for kind in cfg.baselines}  # type: ignore[arg-type]
+    load = np.asarray(snapshot["queries"], dtype=float)  # sn-hot widens the slices the snapshot measured hot
+    schedules = {kind: generate(kind, machine, cfg.n_slices, load=load if kind == "sn-hot" else None) for kind in cfg.baselines}  # type: ignore[arg-type]
     for name, bundle in bundles.items():
         settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}  # a version may carry its own
         schedules[name] = propose(bundle, machine, snapshot, **settings)
@@ -121,8 +128,11 @@ def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = Tr
     With `keep`, the learned/oracle schedules of each cell are collected there too."""
     from rich.progress import track
 
+    from pmoss.sim import expand_machines, load_sim_machine
+
+    names = [load_sim_machine(m).name for m in expand_machines(cfg.machines)]  # files and directories too; all checked first
     cells = {}
-    for m, w in track([(m, w) for m in cfg.machines for w in cfg.workloads], description="evaluate", disable=not progress):
+    for m, w in track([(m, w) for m in names for w in cfg.workloads], description="evaluate", disable=not progress):
         cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None)
     return cells
 
@@ -268,12 +278,13 @@ def evaluate_command(
     model: Annotated[list[str], typer.Option(help="NAME=PATH of a model bundle (repeatable).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for metrics.json, cells.json and the plot.")] = Path("eval"),
     n_slices: Annotated[Optional[int], typer.Option(help="Override the config's slice count.")] = None,
+    slices_per_worker: Annotated[Optional[float], typer.Option(help="Scale N with each machine: this many slices per worker thread (overrides n_slices).")] = None,
     oracle: Annotated[Optional[bool], typer.Option("--oracle/--no-oracle", help="Also search an oracle schedule per cell.")] = None,
 ) -> None:
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
     from pmoss.learn.bundle import load_bundle
 
-    cfg = load_model_with_flags(EvalConfig, config, {"n_slices": n_slices, "oracle": oracle})
+    cfg = load_model_with_flags(EvalConfig, config, {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "oracle": oracle})
     bundles = {}
     for spec in model:
         name, sep, path = spec.partition("=")

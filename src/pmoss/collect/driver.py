@@ -13,6 +13,7 @@ produced by serving a model) to the same tree — the fine-tuning dataset grows 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +49,18 @@ class CollectError(ContractError):
 
 
 def schedule_for(spec: EpisodeSpec, machine: Any) -> Schedule:
+    if spec.kind == "search":
+        return _searched(spec.machine, spec.workload, spec.dataset, spec.n_slices, spec.n_records, spec.schedule_seed, spec.budgets)[spec.budget]
     return generate(spec.kind, machine, spec.n_slices, seed=spec.schedule_seed)  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=8)
+def _searched(machine: str, workload: str, dataset: str, n_slices: int, n_records: int, seed: int, budgets: tuple[int, ...]) -> dict[int, Schedule]:
+    """One oracle search over execution groups, read at every budget (one search serves a run's episodes)."""
+    from pmoss.sim.oracle import trajectory
+
+    path = trajectory(machine, workload, dataset, n_slices, seed=seed, budgets=list(budgets), n_records=n_records, kind="search")
+    return {b: s for b, (s, _) in zip(budgets, path, strict=True)}
 
 
 def spec_id(spec: EpisodeSpec, schedule: Schedule) -> str:
@@ -304,6 +316,8 @@ def collect_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Root of the raw snapshot tree.")] = Path("datasets/raw"),
     episodes_per_cell: Annotated[Optional[int], typer.Option(help="Override the pool's episodes per cell.")] = None,
     n_slices: Annotated[Optional[int], typer.Option(help="Override the pool's slice count.")] = None,
+    search_runs: Annotated[Optional[int], typer.Option(help="Override the pool's oracle searches per cell (kind search; 0 = the paper's mix only).")] = None,
+    search_budgets: Annotated[Optional[str], typer.Option(help="Override the pool's search budgets, comma-separated model evaluations (e.g. 250,1000,4000).")] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run chunks as Ray tasks (RAY_ADDRESS or --ray-address, else a local cluster).")] = False,
     ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster to attach to (e.g. auto, ray://head:10001); implies --ray.")] = None,
     ray_wait: Annotated[float, typer.Option(help="Seconds without any finished chunk before giving up (names the stuck hosts).")] = RAY_WAIT_S,
@@ -311,7 +325,13 @@ def collect_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Run a plan's episodes (skipping finished ones) and write raw snapshot Parquet."""
-    pool = load_pool(pool_file, episodes_per_cell=episodes_per_cell, n_slices=n_slices)
+    budgets = None
+    if search_budgets is not None:
+        try:
+            budgets = [int(b) for b in search_budgets.split(",")]
+        except ValueError:
+            raise typer.BadParameter(f"'{search_budgets}': expected comma-separated integers", param_hint="--search-budgets") from None
+    pool = load_pool(pool_file, episodes_per_cell=episodes_per_cell, n_slices=n_slices, search_runs=search_runs, search_budgets=budgets)
     n = collect(pool, output, progress=not quiet, ray_address=ray_address, use_ray=ray or ray_address is not None,
                 wait_s=ray_wait, source=str(pool_file))  # fmt: skip
     typer.echo(f"{pool.name}: wrote {n} new episode(s) under {output}")

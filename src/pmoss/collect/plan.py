@@ -39,6 +39,10 @@ class Pool(BaseModel):
     mix: dict[str, float] = dict(PAPER_MIX)  # one-core kind -> fraction of a cell's episodes
     shared_kinds: list[str] = []  # OS/SE/SN:N modes: runs_per_shared_kind episodes each per cell
     runs_per_shared_kind: int = Field(default=1, ge=0)
+    # Search-improved episodes (kind `search`, generator=search): `search_runs` oracle searches per
+    # cell over execution groups, each read at every one of `search_budgets` model evaluations.
+    search_runs: int = Field(default=0, ge=0)
+    search_budgets: list[PositiveInt] = [250, 1000, 4000]
     episodes_per_cell: PositiveInt
     n_slices: PositiveInt = 256
     n_records: PositiveInt = 10_000_000
@@ -75,6 +79,8 @@ class Pool(BaseModel):
         bad = [k for k in self.shared_kinds if k not in SHARED_KINDS]
         if bad:
             raise ValueError(f"shared_kinds: '{bad[0]}' is not one of {', '.join(SHARED_KINDS)}")
+        if self.search_runs and self.backend != "sim":
+            raise ValueError("search_runs: search-improved episodes come from the simulator's oracle; use backend sim")
         return self._hosts()
 
     def _hosts(self) -> Pool:
@@ -102,6 +108,8 @@ class EpisodeSpec(BaseModel):
     n_records: int
     window_s: float
     backend: Backend
+    budget: int | None = None  # kind search: the schedule the search found after this many evaluations
+    budgets: tuple[int, ...] = ()  # kind search: every budget its search is read at (one search serves all)
     host: str | None = None  # testbed host the episode must run on; None = anywhere
     descriptor: str | None = None  # a real host's descriptor file (runtime backend)
 
@@ -144,4 +152,20 @@ def expand(pool: Pool) -> list[EpisodeSpec]:
                         n_slices=pool.n_slices, n_records=pool.n_records, window_s=pool.window_s, backend=pool.backend,
                         host=pool.hosts.get(machine), descriptor=pool.descriptors.get(machine),
                     ))  # fmt: skip
+                specs += _search_specs(pool, machine, workload, dataset)
     return specs
+
+
+def _search_specs(pool: Pool, machine: str, workload: str, dataset: str) -> list[EpisodeSpec]:
+    """One episode per (search, budget): the best schedule a search found after that many evaluations."""
+    budgets = tuple(sorted(set(pool.search_budgets)))
+    out = []
+    for r in range(pool.search_runs):
+        s = derive_seed(pool.seed, machine, workload, dataset, "search", r)
+        for j, b in enumerate(budgets):
+            out.append(EpisodeSpec(
+                machine=machine, workload=workload, dataset=dataset, kind="search", schedule_seed=s, seed=derive_seed(s, b),
+                run_index=r * len(budgets) + j, n_slices=pool.n_slices, n_records=pool.n_records, window_s=pool.window_s,
+                backend=pool.backend, budget=b, budgets=budgets, host=pool.hosts.get(machine),
+            ))  # fmt: skip
+    return out

@@ -118,8 +118,8 @@ def _hot(machine: Machine, n: int, seed: int, load: np.ndarray) -> Schedule:
         slices = np.arange(bounds[b], bounds[b + 1])
         for i in slices[np.argsort(-share[slices], kind="stable")]:
             need = share[i] * W  # in workers' fair shares
-            wide = mine[g.size[mine] >= need]
-            cand = threads if need <= HOT_NEED else wide[g.size[wide] == g.size[wide].min()] if wide.size else mine[g.width[mine] == 3]
+            wide = mine[g.size[mine] >= need]  # none: the node's widest group (it may be named l3 where one L3 spans the node)
+            cand = threads if need <= HOT_NEED else wide[g.size[wide] == g.size[wide].min()] if wide.size else mine[g.size[mine] == g.size[mine].max()]
             peak = (g.member[cand] * worker_load).max(1) + need / g.size[cand]  # busiest member afterwards
             pick = int(cand[np.argmin(peak)])
             chosen[i] = pick

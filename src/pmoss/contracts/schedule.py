@@ -38,6 +38,16 @@ OS_PLACED_KINDS = ("os-default", "os-interleave")  # data placement left to the 
 SHORT_NAMES = {"os-default": "OS:D", "os-interleave": "OS:I", "se-numa": "SE:N", "sn-numa": "SN:N"}
 
 
+SLICES_PER_WORKER = 2.0  # the default scale of N with the machine (docs/contracts.md, "How many slices")
+
+
+def slices_for(machine: Machine, per_worker: float = SLICES_PER_WORKER, multiple: int = 8) -> int:
+    """N for a machine: `per_worker` slices per worker thread, rounded up to a multiple of `multiple`.
+    Fewer slices than workers leave threads idle in every one-core schedule; about two per worker
+    leave a scheduler room to balance skewed load (a hot slice widened, two cold ones on one thread)."""
+    return int(np.ceil(per_worker * machine.n_workers / multiple) * multiple)
+
+
 class ScheduleError(ContractError):
     """A schedule does not fit its machine; the message names the first bad slice."""
 

@@ -26,6 +26,9 @@ from pmoss.data.tokens import encode_snapshot
 from pmoss.learn.bundle import Bundle
 
 Mode = Literal["greedy", "sample", "best-of-k"]
+# Inference-only load cap (beyond the paper's slice cap): no worker above 1.25x its fair share of the
+# snapshot's queries, so a slice hotter than that can only go to a group wide enough to carry it.
+LOAD_CAP = 1.25
 
 
 def snapshot_inputs(bundle: Bundle, machine: Machine, row: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
@@ -55,10 +58,13 @@ def algo_of(bundle: Bundle) -> str:
 @torch.inference_mode()
 def rollout(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, target_factor: float = 2.0, batch: int = 1,
-    temperature: float = 0.0, cap: float | None = None, seed: int = 0, model: torch.nn.Module | None = None,
+    temperature: float = 0.0, cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0,
+    model: torch.nn.Module | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`batch` rollouts in parallel; returns (candidate-group indices [B, N], log-likelihoods [B]).
-    temperature 0 = greedy. Any machine and any slice count: nothing in the model has their size."""
+    temperature 0 = greedy. Any machine and any slice count: nothing in the model has their size.
+    cap: slices per worker; load_cap: load per worker in fair shares of the snapshot's queries
+    (None: no load cap). Both are inference-only masks, like the paper's k-per-core cap."""
     model = model or bundle.model()
     meta, feats, share = snapshot_inputs(bundle, machine, row)
     N = len(share)
@@ -81,6 +87,8 @@ def rollout(
         rtg_seq[t] = rtg
         rtg = rtg - float(share[t] * target_factor)
     occ = torch.zeros(batch, machine.n_workers)  # slices per worker
+    wload = torch.zeros(batch, machine.n_workers)  # load per worker, in fair shares (W x the queries' share)
+    lcap = float("inf") if load_cap is None else load_cap
     chosen = torch.zeros(batch, N, dtype=torch.long)
     loglik = torch.zeros(batch)
     rows = torch.arange(batch)
@@ -90,26 +98,32 @@ def rollout(
         x = torch.cat([x, model.step_tokens(rtg_seq[t].expand(batch, 1), summary, None)], dim=1)  # + rtg_t, state_t
         h = model.extend(x, caches)[:, -1:]  # [B, 1, E] at state_t
         after = (occ[:, None, :] + share_of).masked_fill(~member, 0).amax(-1)  # [B, G] busiest member with slice t added
-        blocked = ~valid | (after > cap + 1e-6)
-        blocked &= ~blocked.all(-1, keepdim=True)  # never block everything: a cap that fits no group yields
+        added = share_of * float(share[t] * machine.n_workers)  # [G, W] slice t's load on each member
+        after_load = (wload[:, None, :] + added).masked_fill(~member, 0).amax(-1)  # [B, G]
+        blocked = ~valid | (after > cap + 1e-6) | (after_load > lcap + 1e-6)
+        # a slice that fits under no cap goes to the groups whose busiest member ends least loaded
+        least = after_load.masked_fill(~valid, float("inf")).amin(-1, keepdim=True)
+        blocked = torch.where(blocked.all(-1, keepdim=True), ~valid | (after_load > least * (1 + 1e-6)), blocked)
         logp = torch.log_softmax(model.head(h, groups, valid)[:, 0].masked_fill(blocked, float("-inf")), -1)  # [B, G]
         a = logp.argmax(-1) if temperature <= 0 else torch.multinomial(torch.softmax(logp / temperature, -1), 1, generator=gen).squeeze(-1)
         loglik += logp[rows, a]
         chosen[:, t] = a
         state.place(a)
         occ += share_of[a]
+        wload += added[a]
         x = model.action_token(groups[rows, 0, a], summary[:, 0])  # fed with the next step's tokens
     return chosen.numpy(), loglik.numpy()
 
 
 def propose(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, mode: Mode = "greedy", k: int = 8, temperature: float = 1.0,
-    target_factor: float = 2.0, cap: float | None = None, seed: int = 0, score: Callable[[Schedule], float] | None = None,
+    target_factor: float = 2.0, cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0,
+    score: Callable[[Schedule], float] | None = None,
 ) -> Schedule:
     """A validated `learned` schedule. best-of-k ranks k samples by `score` (e.g. a simulator) or by likelihood."""
     batch = 1 if mode == "greedy" else k if mode == "best-of-k" else 1
     temp = 0.0 if mode == "greedy" else temperature
-    actions, loglik = rollout(bundle, machine, row, target_factor=target_factor, batch=batch, temperature=temp, cap=cap, seed=seed)
+    actions, loglik = rollout(bundle, machine, row, target_factor=target_factor, batch=batch, temperature=temp, cap=cap, load_cap=load_cap, seed=seed)
     provenance = {"model": bundle.info.get("registered_as") or bundle.info.get("algo", "dt"), "mode": mode, "seed": seed, "target_factor": target_factor}
     candidates = [Schedule.from_groups(machine, a, **provenance) for a in actions]
     if len(candidates) == 1:

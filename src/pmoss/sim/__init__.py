@@ -2,7 +2,8 @@
 
 Every episode it writes says `source=sim`. Entry points:
 `simulate` / `simulate_batch` (raw snapshot rows), `throughput` (noise-free model),
-`oracle` (search over one-core schedules), `list_machines` / `load_sim_machine` (the pool),
+`oracle` (search over execution groups or one-core schedules), `list_machines` / `load_sim_machine`
+(the pool, or any descriptor file), `expand_machines` (directories of descriptors),
 `fidelity_table` (the checks of docs/machine-model.md).
 """
 
@@ -20,12 +21,13 @@ from pmoss.sim.pool import (
     PAPER_MACHINES,
     UNSEEN_MACHINES,
     UnknownMachineError,
+    expand_machines,
     list_machines,
     load_sim_machine,
 )
 
 __all__ = [
     "PAPER_MACHINES", "UNSEEN_MACHINES", "Calibration", "SimInputError", "UnknownMachineError",
-    "fidelity_checks", "fidelity_table", "list_machines", "load_sim_machine", "oracle",
+    "expand_machines", "fidelity_checks", "fidelity_table", "list_machines", "load_sim_machine", "oracle",
     "simulate", "simulate_batch", "throughput", "unavailable_features",
 ]  # fmt: skip

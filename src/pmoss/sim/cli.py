@@ -74,7 +74,7 @@ def _fidelity_rich(rows: list[dict], dataset: str) -> Table:
 
 @app.command("run")
 def run_command(
-    machine: Annotated[str, typer.Option("--machine", "-m", help="Simulated machine name.")],
+    machine: Annotated[str, typer.Option("--machine", "-m", help="Simulated machine: a pool name (pmoss sim list) or a descriptor file.")],
     workload: Annotated[str, typer.Option("--workload", "-w", help=f"One of {', '.join(WORKLOADS)}.")],
     dataset: Annotated[str, typer.Option("--dataset", "-d", help=f"One of {', '.join(DATASETS)}.")] = "dense",
     kind: Annotated[str, typer.Option("--kind", "-k", help=f"Schedule kind: {', '.join(BASELINE_KINDS)}.")] = "sn-grouped",

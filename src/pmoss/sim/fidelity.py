@@ -16,23 +16,28 @@ from pathlib import Path
 
 from pmoss.bench import RESULTS
 from pmoss.contracts.policies import BASELINE_KINDS, generate
-from pmoss.contracts.workload import PAPER_WORKLOADS
+from pmoss.contracts.workload import PAPER_WORKLOADS, get_workload
 from pmoss.sim.episode import throughput
 from pmoss.sim.oracle import oracle
 from pmoss.sim.pool import PAPER_MACHINES, load_sim_machine
+from pmoss.sim.profile import insert_order, slice_profile
 
 MAX_SPREAD = 6.5  # best/worst baseline; the paper's largest gap was 5.91x ("about 6x")
 
 
 def fidelity_row(machine: str, workload: str, *, dataset: str = "dense", n_slices: int = 256,
-                 oracle_budget: int = 600, n_records: int = 10_000_000) -> dict:
-    """Throughput (queries/s) of every baseline kind and the oracle on one machine and workload."""
+                 oracle_budget: int = 600, n_records: int = 10_000_000, one_core_oracle: bool = False) -> dict:
+    """Throughput (queries/s) of every baseline kind and the oracle (execution groups; with
+    `one_core_oracle` also the one-core oracle) on one machine and workload."""
     m = load_sim_machine(machine)
-    scheds = [generate(k, m, n_slices, 0) for k in BASELINE_KINDS]
+    load = slice_profile(get_workload(workload), n_records, n_slices, insert_order(dataset)).share  # sn-hot: the workload's load
+    scheds = [generate(k, m, n_slices, 0, load=load if k == "sn-hot" else None) for k in BASELINE_KINDS]
     xs = throughput(m, workload, dataset, scheds, n_records=n_records)
-    row = {"machine": machine, "workload": workload, "dataset": dataset, "source": "sim"}
+    row = {"machine": m.name, "workload": workload, "dataset": dataset, "n_slices": n_slices, "source": "sim"}
     row.update({k: float(x) for k, x in zip(BASELINE_KINDS, xs, strict=True)})
-    row["oracle"] = oracle(m, workload, dataset, n_slices, seed=0, budget=oracle_budget, n_records=n_records)[1]
+    row["oracle"] = oracle(m, workload, dataset, n_slices, seed=0, budget=oracle_budget, n_records=n_records)[1]  # over execution groups
+    if one_core_oracle:
+        row["oracle_one_core"] = oracle(m, workload, dataset, n_slices, seed=0, budget=oracle_budget, n_records=n_records, space="one-core")[1]
     base = {k: row[k] for k in BASELINE_KINDS}
     row["best_baseline"] = max(base, key=base.get)
     row["worst_baseline"] = min(base, key=base.get)

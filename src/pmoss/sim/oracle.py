@@ -1,86 +1,152 @@
-"""Oracle: the best one-core schedule the (noise-free) model can find, by batched local search.
+"""Oracle: the best schedule the (noise-free) model can find, by batched local search.
 
-Simulated annealing over worker-index vectors, started from the best one-core heuristic or random
-schedule (a quarter of the budget goes to random starts). Each round
-proposes a batch of neighbours (move a slice off the busiest thread, or swap two slices), scores
-them in one vectorised model call and moves to the best one, accepting a worse one with the
-Metropolis probability. docs/machine-model.md §13.
+Two search spaces over the machine's candidate execution groups (contracts/groups.py):
+- `group` (the default, the upper reference in every evaluation): a slice may go to any group —
+  one thread, one physical core, one L3 domain or a whole node. Moves: move a slice off the
+  busiest threads, widen a slice's group, narrow it, move it to another node's group of the same
+  width, swap two slices. Seeded from every baseline with per-slice groups (sn-numa, sn-hot from
+  the workload's load, the one-core heuristics) and random schedules.
+- `one-core` (the paper's SN:T space): threads only; moves and swaps.
+
+Simulated annealing: each round proposes a batch of neighbours, scores them in one vectorised model
+call, moves to the best one and accepts a worse one with the Metropolis probability. The budget
+(model evaluations) scales with the machine: `budget_for` gives the default, so a 200-400-thread
+machine is searched as thoroughly per slice decision as the demo's. `trajectory` records the best
+schedule found at several budgets: the search-improved training data (kind `search`).
+docs/machine-model.md §13.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
+from pmoss.contracts.groups import groups_of
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.policies import generate
-from pmoss.contracts.schedule import Schedule
+from pmoss.contracts.schedule import Kind, Schedule
 from pmoss.contracts.workload import Workload
 from pmoss.sim.episode import Inputs, SimInputError, model_run, resolve
 from pmoss.sim.hardware import HW, hw_for
-from pmoss.sim.placement import from_actions
+from pmoss.sim.placement import from_groups
+from pmoss.sim.profile import insert_order, slice_profile
 
-SEED_KINDS = ("sn-grouped", "sn-spread", "sn-mixed", "sn-random")
+Space = Literal["group", "one-core"]
+ONE_CORE_SEEDS = ("sn-grouped", "sn-spread", "sn-mixed", "sn-random")
+GROUP_SEEDS = ("sn-numa", "sn-hot") + ONE_CORE_SEEDS
 SEED_VARIANTS = 4  # generator seeds tried per heuristic kind
-RANDOM_SHARE = 0.25  # share of the budget spent on extra sn-random starts (cheap, often lucky)
+RANDOM_SHARE = 0.25  # share of the budget spent on extra random starts (cheap, often lucky)
 PROPOSALS = 32  # neighbours scored per round (one model call)
 T_START, T_END = 0.02, 0.0005  # annealing temperature, as a fraction of the current throughput
+BUDGET_BASE, BUDGET_PER_WORKER = 2000, 10  # default evaluations: 2,000 on the demo machines, ~5,000 at 300 threads
+
+
+def budget_for(machine: Machine) -> int:
+    """Default search budget: grows with the worker count, since the neighbourhood does."""
+    return max(BUDGET_BASE, BUDGET_PER_WORKER * machine.n_workers + 1000)
 
 
 def oracle(machine: Machine | str, workload: Workload | str, dataset: str, n_slices: int, *, seed: int,
-           budget: int = 2000, n_records: int = 10_000_000) -> tuple[Schedule, float]:
-    """(best schedule found, its noise-free throughput in queries/s) within `budget` model evaluations."""
+           budget: int | None = None, n_records: int = 10_000_000, space: Space = "group") -> tuple[Schedule, float]:
+    """(best schedule found, its noise-free throughput in queries/s) within `budget` model evaluations
+    (None: `budget_for(machine)`)."""
+    path = trajectory(machine, workload, dataset, n_slices, seed=seed, budgets=[budget] if budget else None, n_records=n_records, space=space)
+    return path[-1]
+
+
+def trajectory(machine: Machine | str, workload: Workload | str, dataset: str, n_slices: int, *, seed: int,
+               budgets: list[int] | None = None, n_records: int = 10_000_000, space: Space = "group",
+               kind: Kind = "learned") -> list[tuple[Schedule, float]]:  # fmt: skip
+    """The best schedule found after each of `budgets` evaluations (ascending; one search, read at
+    several points), each with its noise-free throughput. Provenance names the generator and budget."""
     inp = resolve(machine, workload, dataset, n_records, 1.0)
-    if budget < len(SEED_KINDS) * SEED_VARIANTS:
-        raise SimInputError(f"budget: needs at least {len(SEED_KINDS) * SEED_VARIANTS} evaluations, got {budget}")
+    budgets = sorted(budgets or [budget_for(inp.machine)])
     hw = hw_for(inp.machine)
     rng = np.random.default_rng(seed)
-    n_random = int(RANDOM_SHARE * budget)
-    best, best_x, util = _best_start(inp, hw, n_slices, n_random, seed)
-    cur, cur_x = best.copy(), best_x
-    rounds = max(1, (budget - len(SEED_KINDS) * SEED_VARIANTS - n_random) // PROPOSALS)
-    for r in range(rounds):
-        cand = _neighbours(hw, cur, util, rng)  # [P, N]
-        xs, utils = _score(inp, hw, cand)
+    starts = _starts(inp, hw, n_slices, space, seed)
+    if budgets[0] < len(starts):
+        raise SimInputError(f"budget: needs at least {len(starts)} evaluations (the seed schedules), got {budgets[0]}")
+    n_random = min(int(RANDOM_SHARE * budgets[-1]), max(0, budgets[0] - len(starts)))
+    cand = np.concatenate([starts, _random(hw, n_slices, n_random, space, np.random.default_rng([seed, 1]))])
+    xs, utils = _score(inp, cand)
+    i = int(xs.argmax())
+    best, best_x, used = cand[i].copy(), float(xs[i]), len(cand)
+    cur, cur_x, util = best.copy(), best_x, utils[i]
+    rounds = max(1, (budgets[-1] - used) // PROPOSALS)
+    out: list[tuple[Schedule, float]] = []
+    pending = list(budgets)
+    for r in range(rounds + 1):
+        while pending and (used >= pending[0] or r == rounds):
+            out.append((_schedule(inp, best, kind, seed, pending.pop(0), space), best_x))
+        if r == rounds:
+            break
+        cand = _neighbours(hw, cur, util, rng, space)  # [P, N]
+        xs, utils = _score(inp, cand)
+        used += len(cand)
         i = int(xs.argmax())
         temp = T_START * (T_END / T_START) ** (r / max(rounds - 1, 1)) * cur_x
         if xs[i] >= cur_x or rng.random() < np.exp((xs[i] - cur_x) / temp):
-            cur, cur_x, util = cand[i], xs[i], utils[i]
+            cur, cur_x, util = cand[i], float(xs[i]), utils[i]
         if cur_x > best_x:
             best, best_x = cur.copy(), cur_x
-    prov = {"generator": "oracle", "seed": seed, "budget": budget, "workload": inp.workload.name, "dataset": inp.dataset}
-    return Schedule.from_actions(inp.machine, [int(a) for a in best], kind="learned", **prov), float(best_x)
+    return out
 
 
-def _score(inp: Inputs, hw: HW, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    _, _, sol, _ = model_run(inp, from_actions(hw, actions), actions.shape[1])
+def _schedule(inp: Inputs, groups: np.ndarray, kind: Kind, seed: int, budget: int, space: Space) -> Schedule:
+    prov = {"generator": "search" if kind == "search" else "oracle", "space": space, "seed": seed, "budget": budget,
+            "workload": inp.workload.name, "dataset": inp.dataset}  # fmt: skip
+    return Schedule.from_groups(inp.machine, groups, kind=kind, **prov).validate_for(inp.machine)
+
+
+def _score(inp: Inputs, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    _, _, sol, _ = model_run(inp, from_groups(hw_for(inp.machine), groups), groups.shape[1])
     return sol.X, sol.thread_util
 
 
-def _best_start(inp: Inputs, hw: HW, n_slices: int, n_random: int, seed: int) -> tuple[np.ndarray, float, np.ndarray]:
-    """The best of the one-core baselines (a few generator seeds per kind) and n_random extra
-    uniformly random schedules."""
-    scheds = [generate(k, inp.machine, n_slices, s) for k in SEED_KINDS for s in range(SEED_VARIANTS)]
-    actions = np.array([hw.cpu_to_worker[np.asarray(s.core)] for s in scheds])
-    extra = np.random.default_rng([seed, 1]).integers(hw.n_workers, size=(n_random, n_slices))
-    actions = np.concatenate([actions, extra])
-    xs, utils = _score(inp, hw, actions)
-    i = int(xs.argmax())
-    return actions[i].copy(), float(xs[i]), utils[i]
+def _starts(inp: Inputs, hw: HW, n_slices: int, space: Space, seed: int) -> np.ndarray:
+    """The baselines of the space (a few generator seeds per kind) as group indices [S, N]."""
+    kinds = GROUP_SEEDS if space == "group" else ONE_CORE_SEEDS
+    load = slice_profile(inp.workload, inp.n_records, n_slices, insert_order(inp.dataset)).share
+    scheds = [generate(k, inp.machine, n_slices, s, load=load if k == "sn-hot" else None) for k in kinds for s in range(SEED_VARIANTS)]
+    return np.stack([s.group_index(inp.machine) for s in scheds])
 
 
-def _neighbours(hw: HW, cur: np.ndarray, util: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """PROPOSALS variants of `cur` [N]: half move a slice off the busiest threads or their SMT
-    siblings to a thread on one of the least used physical cores, half swap two random slices."""
+def _random(hw: HW, n_slices: int, n: int, space: Space, rng: np.random.Generator) -> np.ndarray:
+    """Uniformly random schedules: a random worker per slice, and in the group space a random width."""
+    g = groups_of(hw.machine)
+    w = rng.integers(hw.n_workers, size=(n, n_slices))
+    width = rng.integers(g.of_worker.shape[0], size=(n, n_slices)) if space == "group" else np.zeros_like(w)
+    return g.of_worker[width, w]
+
+
+def _neighbours(hw: HW, cur: np.ndarray, util: np.ndarray, rng: np.random.Generator, space: Space) -> np.ndarray:
+    """PROPOSALS variants of `cur` [N] (group indices): moves of a slice off the busiest threads to
+    a thread of the least used physical cores, swaps of two slices and, in the group space, a
+    slice's group widened, narrowed, or moved to another node at the same width."""
+    g = groups_of(hw.machine)
     n = cur.size
     cand = np.repeat(cur[None], PROPOSALS, axis=0)
     busy = np.argsort(-util)[:4]  # the threads that bound throughput, and their SMT siblings
-    busy = np.flatnonzero(np.isin(hw.worker_core, hw.worker_core[busy]))
-    on_busy = np.flatnonzero(np.isin(cur, busy))
+    busy = np.isin(hw.worker_core, hw.worker_core[busy])
+    on_busy = np.flatnonzero((g.member[cur] & busy).any(1))
     core_load = np.bincount(hw.worker_core, util, hw.n_cores)[hw.worker_core] + util  # own + siblings
     light = np.argsort(core_load)[: max(4, hw.n_workers // 8)]
+    moves = ("move", "swap", "widen", "narrow", "node") if space == "group" else ("move", "swap")
     for p in range(PROPOSALS):
-        if p % 2 == 0 and on_busy.size:
-            cand[p, rng.choice(on_busy)] = rng.choice(light)
+        move = moves[p % len(moves)]
+        if move == "move" and on_busy.size:
+            i = rng.choice(on_busy)
+            width = g.width[cur[i]] if space == "group" else 0
+            cand[p, i] = g.of_worker[width, rng.choice(light)]
+        elif move == "widen" or move == "narrow":
+            i = rng.choice(on_busy) if on_busy.size and rng.random() < 0.5 else rng.integers(n)
+            members = np.flatnonzero(g.member[cur[i]])
+            width = int(np.clip(g.width[cur[i]] + (1 if move == "widen" else -1), 0, g.of_worker.shape[0] - 1))
+            cand[p, i] = g.of_worker[width, rng.choice(members)]
+        elif move == "node":
+            i = rng.integers(n)
+            cand[p, i] = g.of_worker[g.width[cur[i]], rng.integers(hw.n_workers)]
         else:
             i, j = rng.choice(n, size=2, replace=False)
             cand[p, i], cand[p, j] = cur[j], cur[i]

@@ -26,11 +26,55 @@ def list_machines() -> list[str]:
 def descriptor_path(name: str) -> Path:
     path = MACHINE_DIR / f"{name}.yaml"
     if not path.is_file():
-        raise UnknownMachineError(f"machine: unknown simulated machine '{name}' (known: {', '.join(list_machines())})")
+        raise UnknownMachineError(f"machine: unknown simulated machine '{name}' (known: {', '.join(list_machines())}; or give a descriptor file)")
     return path
 
 
+_FROM_FILES: dict[str, Machine] = {}  # descriptors loaded from files in this process, by machine name
+
+
+def is_descriptor_ref(ref: str) -> bool:
+    """A machine given as a descriptor file or directory rather than a pool name."""
+    return ref.endswith((".yaml", ".yml")) or "/" in ref or Path(ref).is_dir()
+
+
+def expand_machines(refs: list[str]) -> list[str]:
+    """Pool names and descriptor files as given; a directory becomes its *.yaml files (sorted)."""
+    out: list[str] = []
+    for ref in refs:
+        path = Path(ref)
+        if path.is_dir():
+            files = sorted(str(f) for f in path.glob("*.y*ml"))
+            if not files:
+                raise UnknownMachineError(f"machine: directory '{ref}' holds no descriptor (*.yaml)")
+            out += files
+        else:
+            out.append(ref)
+    return out
+
+
+def load_sim_machine(ref: str) -> Machine:
+    """A validated descriptor: a pool member by name, or any descriptor file (simulated as given).
+    Cached, so treat it as read-only. A file's machine is afterwards also found by its name."""
+    if is_descriptor_ref(ref):
+        path = Path(ref)
+        if not path.is_file():
+            raise UnknownMachineError(f"machine: descriptor file '{ref}' does not exist")
+        m = _load_file(str(path.resolve()))
+        if m.name in list_machines() and m != _load_pool_machine(m.name):
+            raise ContractError(f"{ref}: field 'name': '{m.name}' is a pool machine with another descriptor; rename it")
+        _FROM_FILES[m.name] = m
+        return m
+    if ref in _FROM_FILES:
+        return _FROM_FILES[ref]
+    return _load_pool_machine(ref)
+
+
 @lru_cache(maxsize=None)
-def load_sim_machine(name: str) -> Machine:
-    """The validated descriptor of a pool member; cached, so treat it as read-only."""
+def _load_pool_machine(name: str) -> Machine:
     return load_machine(descriptor_path(name))
+
+
+@lru_cache(maxsize=64)
+def _load_file(path: str) -> Machine:
+    return load_machine(Path(path))

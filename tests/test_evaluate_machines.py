@@ -1,0 +1,79 @@
+"""`pmoss evaluate` on machines given as descriptor files or directories, including one larger than
+any in training (16 nodes x 64 workers), and N scaled with the machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.schedule import slices_for
+from pmoss.contracts.snapshot import SLICE_FEATURES
+from pmoss.data.tokens import META_NAMES, Stats
+from pmoss.evaluate import EvalConfig, evaluate_cells
+from pmoss.learn.bundle import Bundle, load_bundle, save_bundle
+from pmoss.learn.model import DecisionTransformer, DTConfig
+from pmoss.sim import load_sim_machine
+from pmoss.sim.pool import descriptor_path
+
+LARGE = Path(__file__).resolve().parents[1] / "datasets" / "machines" / "large-2s-16n.yaml"
+POOL_MAX_WORKERS = max(load_sim_machine(m).n_workers for m in ("amd-milan-nps1", "amd-milan-nps4", "intel-skx-4s", "intel-snb-4s", "nvidia-grace"))
+
+
+def _bundle(tmp: Path) -> Bundle:
+    """A tiny model trained on nothing: what matters here is that it runs on any machine."""
+    torch.manual_seed(0)
+    f, m = len(SLICE_FEATURES), len(META_NAMES)
+    cfg = DTConfig(n_layer=1, n_head=2, n_embd=32, dropout=0.0, n_slices=32, n_features=f, n_meta=m)
+    stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * m, meta_std=[1.0] * m,
+                  best_return={"intel-skx-4s|ycsb-c": 1e8}, n_slices=32)  # fmt: skip
+    save_bundle(Bundle(cfg, stats, DecisionTransformer(cfg).state_dict(), {"algo": "dt"}), tmp / "m" / "model.pt")
+    return load_bundle(tmp / "m")
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_a_model_schedules_a_machine_larger_than_its_pool(tmp_path):
+    big = load_sim_machine(str(LARGE))
+    assert big.numa_nodes == 16 and min(len(w) for w in big.workers_by_node) == 64 and big.n_workers > 2 * POOL_MAX_WORKERS
+    cfg = EvalConfig(machines=[str(LARGE)], workloads=["ycsb-c"], n_slices=96, runs=1, baselines=["sn-numa", "sn-hot"])
+    keep: dict = {}
+    cells = evaluate_cells(cfg, {"dt": _bundle(tmp_path)}, progress=False, keep=keep)
+    assert set(cells) == {"large-2s-16n|ycsb-c"} and cells["large-2s-16n|ycsb-c"]["dt"] > 0
+    sched = keep["large-2s-16n|ycsb-c"]["dt"].validate_for(big)
+    assert sched.n_slices == 96 and max(sched.node) >= 8  # uses nodes no pool machine has
+
+
+def test_a_directory_of_descriptors_and_slices_per_worker(tmp_path):
+    d = tmp_path / "machines"
+    d.mkdir()
+    for name in ("intel-snb-4s", "nvidia-grace"):
+        spec = yaml.safe_load(descriptor_path(name).read_text())
+        spec["name"] = f"my-{name}"
+        (d / f"my-{name}.yaml").write_text(yaml.safe_dump(spec))
+    cfg = EvalConfig(machines=[str(d)], workloads=["scan"], slices_per_worker=0.5, runs=1, baselines=["sn-numa"])
+    keep: dict = {}
+    cells = evaluate_cells(cfg, {"dt": _bundle(tmp_path)}, progress=False, keep=keep)
+    assert set(cells) == {"my-intel-snb-4s|scan", "my-nvidia-grace|scan"}
+    for c, per in keep.items():
+        m = load_sim_machine(c.split("|")[0])
+        assert per["dt"].n_slices == slices_for(m, 0.5)
+
+
+def test_bad_machine_refs_are_named_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="nope.yaml"):  # the config itself refuses it (pydantic's ValidationError)
+        EvalConfig(machines=["amd-milan-nps4", str(tmp_path / "nope.yaml")], workloads=["scan"], n_slices=16, runs=1)
+    cfg = EvalConfig(machines=["amd-milan-nps4"], workloads=["scan"], n_slices=16, runs=1)
+    with pytest.raises(ContractError, match="nope.yaml"):  # and the harness, for a config built without validation
+        evaluate_cells(cfg.model_copy(update={"machines": ["amd-milan-nps4", str(tmp_path / "nope.yaml")]}), {}, progress=False)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ContractError, match="no descriptor"):
+        evaluate_cells(cfg.model_copy(update={"machines": [str(tmp_path / "empty")]}), {}, progress=False)
+    clash = yaml.safe_load(descriptor_path("intel-snb-4s").read_text())
+    clash["freq_ghz"] = 9.9
+    (tmp_path / "clash.yaml").write_text(yaml.safe_dump(clash))
+    with pytest.raises(ContractError, match="is a pool machine"):
+        evaluate_cells(cfg.model_copy(update={"machines": [str(tmp_path / "clash.yaml")]}), {}, progress=False)
