@@ -127,3 +127,17 @@ def test_unstamped_files_are_refused(artefacts, tmp_path):
     torch.save(raw, tmp_path / "model.pt")
     with pytest.raises(ContractError, match="no checksum"):
         load_bundle(tmp_path / "model.pt")
+
+
+def test_schedule_refuses_a_corrupt_model(artefacts, tmp_path):
+    """The issue's case: 256 inverted bytes in the middle of model.pt; `pmoss schedule` used it and exited 0."""
+    model = tmp_path / "model.pt"
+    data = bytearray((artefacts / "model" / "model.pt").read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + 256] = bytes(b ^ 0xFF for b in data[mid : mid + 256])
+    model.write_bytes(bytes(data))
+    snap = raw_files(artefacts / "raw")[0]
+    r = subprocess.run([BIN / "pmoss", "schedule", "--model", str(model), "--snapshot", str(snap), "-o", str(tmp_path / "s.json")],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 1 and not (tmp_path / "s.json").exists(), r.stdout
+    assert len(r.stderr.strip().splitlines()) == 1 and "model.pt" in r.stderr, r.stderr

@@ -56,9 +56,11 @@ def _feed(h: Any, arr: Any) -> None:
         h.update(pc.fill_null(pc.list_value_length(arr), 0).to_numpy().astype("<i8").tobytes())
         _feed(h, arr.flatten())  # values of non-null lists only, slicing offsets applied
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        values = [s or b"" for s in arr.cast(pa.binary() if pa.types.is_string(t) else pa.large_binary()).to_pylist()]
-        h.update(np.asarray([len(s) for s in values], dtype="<i8").tobytes())
-        h.update(b"".join(values))
+        filled = pc.fill_null(arr, "")  # null slots as "" (what lies under them is no content)
+        offsets = np.frombuffer(filled.buffers()[1], dtype="<i4" if pa.types.is_string(t) else "<i8")[filled.offset : filled.offset + len(filled) + 1]
+        data = filled.buffers()[2]
+        h.update(np.diff(offsets).astype("<i8").tobytes())
+        h.update(memoryview(data)[offsets[0] : offsets[-1]] if data is not None and len(filled) else b"")
     elif pa.types.is_timestamp(t):
         _feed(h, arr.cast(pa.int64()))
     elif pa.types.is_boolean(t):
