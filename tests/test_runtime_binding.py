@@ -59,6 +59,21 @@ def test_every_kind_enforces(rt: rtmod.Runtime) -> None:
         rt.set_schedule([node] * N_SLICES, [-1] * N_SLICES, kind)
 
 
+def test_mixed_width_schedule_runs_and_loses_no_key(rt: rtmod.Runtime) -> None:
+    """Execution groups through the binding: every width at once, then a bad width refused by name."""
+    node, core = _one_core(rt)
+    widths = [("thread", "core", "l3", "node")[i % 4] for i in range(N_SLICES)]
+    rep = rt.set_schedule(node, core, "learned", width=widths)
+    assert rep.pages_failed == 0
+    out = rt.run("ycsb-c", 0.05, seed=7)
+    assert out["completed"] > 0 and out["completed"] == out["dispatched"]
+    widths[3] = "socket"
+    with pytest.raises(rtmod.ScheduleError, match="socket"):
+        rt.set_schedule(node, core, "learned", width=widths)
+    with pytest.raises(rtmod.ScheduleError, match="width"):
+        rt.set_schedule(node, core, "sn-grouped", width=["node"] * N_SLICES)  # a one-core kind is width thread only
+
+
 def test_bad_schedule_names_first_slice(rt: rtmod.Runtime) -> None:
     node, core = _one_core(rt)
     core[9], core[12] = 4095, -1

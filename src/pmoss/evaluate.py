@@ -25,6 +25,7 @@ from pmoss.contracts.errors import ContractError
 from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule, slices_for
 from pmoss.contracts.workload import DATASETS, WORKLOADS, get_workload
 
+MASK_CONTROL = "mask-only"  # an untrained network under the same inference masks: what the masks alone reach
 EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values; runs are seeded base + r
 
 
@@ -280,9 +281,11 @@ def evaluate_command(
     n_slices: Annotated[Optional[int], typer.Option(help="Override the config's slice count.")] = None,
     slices_per_worker: Annotated[Optional[float], typer.Option(help="Scale N with each machine: this many slices per worker thread (overrides n_slices).")] = None,
     oracle: Annotated[Optional[bool], typer.Option("--oracle/--no-oracle", help="Also search an oracle schedule per cell.")] = None,
+    mask_control: Annotated[bool, typer.Option("--mask-control/--no-mask-control",
+                                               help="Also run 'mask-only': the first model's network untrained, under the same inference masks.")] = True,
 ) -> None:
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
-    from pmoss.learn.bundle import load_bundle
+    from pmoss.learn.bundle import load_bundle, untrained_like
 
     cfg = load_model_with_flags(EvalConfig, config, {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "oracle": oracle})
     bundles = {}
@@ -291,6 +294,8 @@ def evaluate_command(
         if not sep:
             raise typer.BadParameter(f"--model '{spec}': expected NAME=PATH")
         bundles[name] = load_bundle(Path(path))
+    if mask_control and bundles:
+        bundles[MASK_CONTROL] = untrained_like(next(iter(bundles.values())))
     schedules: dict[str, dict[str, Schedule]] = {}
     cells = evaluate_cells(cfg, bundles, keep=schedules)
     metrics = summarise(cells, list(bundles), cfg.baselines)

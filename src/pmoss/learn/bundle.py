@@ -42,6 +42,14 @@ class Bundle:
         return m.eval()
 
 
+def untrained_like(bundle: Bundle, seed: int = 0) -> Bundle:
+    """The same network, normalisation and inference settings with freshly initialised weights: the
+    control that shows what the inference masks alone do (anything a trained model adds is learned)."""
+    torch.manual_seed(seed)
+    info = {**bundle.info, "control": "untrained (mask-only)"}
+    return Bundle(bundle.config, bundle.stats, DecisionTransformer(bundle.config).state_dict(), info)
+
+
 def save_bundle(bundle: Bundle, path: Path) -> None:
     import torch
 
