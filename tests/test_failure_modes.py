@@ -112,7 +112,8 @@ def test_evaluate_other_slice_count(tmp_path):
     r = pmoss("evaluate", str(tmp_path / "eval.yaml"), "--model", f"dt={_bundle(tmp_path / 'model')}", "--n-slices", "16", "-o", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
     schedules = json.loads((tmp_path / "out" / "schedules.json").read_text())
-    assert [s["n_slices"] for per in schedules.values() for s in per.values()] == [16]
+    counts = [s["n_slices"] for per in schedules.values() for s in per.values()]
+    assert counts and set(counts) == {16}
 
 
 @pytest.mark.parametrize(("patch", "needle"), [

@@ -45,6 +45,10 @@ class Bundle:
 def untrained_like(bundle: Bundle, seed: int = 0) -> Bundle:
     """The same network, normalisation and inference settings with freshly initialised weights: the
     control that shows what the inference masks alone do (anything a trained model adds is learned)."""
+    import torch
+
+    from pmoss.learn.model import DecisionTransformer
+
     torch.manual_seed(seed)
     info = {**bundle.info, "control": "untrained (mask-only)"}
     return Bundle(bundle.config, bundle.stats, DecisionTransformer(bundle.config).state_dict(), info)
