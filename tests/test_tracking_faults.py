@@ -53,3 +53,9 @@ def test_timeout_is_configurable(monkeypatch):
     monkeypatch.setenv("PMOSS_TRACKING_TIMEOUT_S", "soon")
     with pytest.raises(PmossError, match="PMOSS_TRACKING_TIMEOUT_S='soon'"):
         timeout_s()
+
+
+def test_promote_checks_its_eval_set_before_the_registry(tmp_path):
+    (tmp_path / "eval.yaml").write_text("machines: [intel-skx-4s]\nworkloads: [ycsb-c]\nruns: -2\n")
+    r, _ = _run(["registry", "promote", "--eval", "eval.yaml"], tmp_path)
+    assert r.returncode == 1 and "eval.yaml: field 'runs'" in r.stderr and "cannot be reached" not in r.stderr, r.stderr
