@@ -59,3 +59,11 @@ def test_promote_checks_its_eval_set_before_the_registry(tmp_path):
     (tmp_path / "eval.yaml").write_text("machines: [intel-skx-4s]\nworkloads: [ycsb-c]\nruns: -2\n")
     r, _ = _run(["registry", "promote", "--eval", "eval.yaml"], tmp_path)
     assert r.returncode == 1 and "eval.yaml: field 'runs'" in r.stderr and "cannot be reached" not in r.stderr, r.stderr
+
+
+def test_an_mlflow_error_is_one_line(tmp_path):
+    """Errors MLflow raises itself (here: an unknown model) end as one line too, not a traceback."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    r = subprocess.run([BIN / "pmoss", "registry", "rollback", "--name", "nope"], capture_output=True, text=True, env=env, timeout=120)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:") or "Traceback" in line]
+    assert r.returncode == 1 and len(lines) == 1 and "name=nope not found" in lines[0], r.stderr

@@ -104,6 +104,16 @@ def _stub() -> None:  # never runs: a listed sub-command is mounted for real bef
     raise AssertionError("sub-command stub invoked")
 
 
+class _NeverRaised(Exception):
+    pass
+
+
+def _mlflow_error() -> type[Exception]:
+    """MLflow's exception class if a command imported MLflow (evaluated only when an exception is on its way)."""
+    module = sys.modules.get("mlflow.exceptions")
+    return module.MlflowException if module else _NeverRaised
+
+
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit status 1."""
     _mount_subcommands(sys.argv[1:])
@@ -111,4 +121,10 @@ def main() -> None:
         app()
     except PmossError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except _mlflow_error() as e:  # e.g. the tracking server went away after the start-up check
+        from pmoss.contracts.errors import brief
+        from pmoss.learn.tracking import default_tracking_uri
+
+        err.print(f"[red]error:[/red] MLflow at {default_tracking_uri()}: {brief(e, 200)}", highlight=False, soft_wrap=True)
         sys.exit(1)
