@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -35,6 +34,7 @@ from pmoss.bench import write_record  # noqa: E402
 from pmoss.contracts.io import load_model  # noqa: E402
 from pmoss.contracts.machine import save_machine  # noqa: E402
 from pmoss.contracts.snapshot import SLICE_FEATURES  # noqa: E402
+from pmoss.data.dataset import write_tokens  # noqa: E402
 from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats  # noqa: E402
 from pmoss.learn.algorithms import build_algorithm  # noqa: E402
 from pmoss.learn.learner import batch_inputs, sample_steps  # noqa: E402
@@ -62,9 +62,9 @@ def synthetic_tokens(path: Path, episodes: int, seed: int = 0) -> Path:
         for k, v in row.items():
             cols[k].append(v)
     table = pa.Table.from_pydict(cols, schema=TOKENS_SCHEMA)
-    pq.write_table(table, path / "tokens.parquet")
     (path / "stats.json").write_text(compute_stats(table).to_json())
     save_machine(m, path / "machines" / f"{m.name}.yaml")
+    write_tokens(table, path)  # last: it records the checksums of the files above
     return path
 
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pmoss.collect.plan import expand, kind_counts, load_pool
+from pmoss.contracts.checksum import stamp_table
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.machine import load_machine, save_machine
 from pmoss.contracts.policies import BASELINE_KINDS, generate
@@ -143,7 +144,7 @@ def test_snapshot_reads_files_without_counter_mode_reason(tmp_path):
     t = episodes_to_table([_row("a")])
     assert t["counter_mode_reason"].null_count == 1  # sim rows have none
     old = t.drop_columns(["counter_mode_reason"])
-    pq.write_table(old, tmp_path / "old.parquet")
+    pq.write_table(stamp_table(old), tmp_path / "old.parquet")
     back = read_raw(tmp_path / "old.parquet")
     assert back.schema == SNAPSHOT_SCHEMA and back["counter_mode_reason"].to_pylist() == [None]
 

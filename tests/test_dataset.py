@@ -16,6 +16,7 @@ import pytest
 
 from pmoss.collect.driver import collect
 from pmoss.collect.plan import load_pool
+from pmoss.contracts.checksum import stamp_table
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.schedule import Schedule
 from pmoss.contracts.snapshot import read_raw
@@ -114,11 +115,11 @@ def test_cli_build_with_holdout(raw, tmp_path):
 
 
 def _rewrite(raw: Path, dst: Path, fn) -> Path:
-    """Copy the raw tree, applying `fn` to the first file's table (keeping its schema metadata)."""
+    """Copy the raw tree, applying `fn` to the first file's table (re-stamped: a valid checksum of bad values)."""
     shutil.copytree(raw, dst)
     f = sorted(dst.rglob("part-*.parquet"))[0]
     t = pq.read_table(f)
-    pq.write_table(fn(t), f)
+    pq.write_table(stamp_table(fn(t)), f)
     return f
 
 

@@ -13,6 +13,7 @@ from conftest import small_machine
 
 from pmoss.contracts.machine import save_machine
 from pmoss.contracts.snapshot import SLICE_FEATURES
+from pmoss.data.dataset import write_tokens
 from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats, split_of
 from pmoss.learn.algorithms import build_algorithm
 from pmoss.learn.bundle import load_bundle
@@ -54,9 +55,9 @@ def make_tokens(path: Path, episodes: int = 40, seed: int = 0, leak: bool = Fals
             rows[k].append(v)
     table = pa.Table.from_pydict(rows, schema=TOKENS_SCHEMA)
     path.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path / "tokens.parquet")
     (path / "stats.json").write_text(compute_stats(table).to_json())
     save_machine(m, path / "machines" / f"{m.name}.yaml")
+    write_tokens(table, path)
     return path
 
 

@@ -132,7 +132,7 @@ def test_champion_reload_and_unreachable_server(tmp_path, monkeypatch):
     champion.refresh()
     assert champion.bundle is before and champion.version == str(v2)
     errors = [json.loads(r["detail"]) for r in timeline.rows if r["event"] == "model_error"]
-    assert errors and "reason" in errors[-1]
+    assert errors and "http://127.0.0.1:9 cannot be reached" in errors[-1]["reason"]
 
 
 def test_serve_keeps_schedule_when_model_cannot_load(tmp_path):

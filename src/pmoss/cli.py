@@ -45,37 +45,86 @@ def topology(
         err.print(f"wrote {output}: {machine.numa_nodes} NUMA node(s), {len(machine.cpus)} CPUs, {machine.n_workers} workers")
 
 
-def _mount_subcommands() -> None:
-    from pmoss.collect.driver import collect_command
-    from pmoss.collect.legacy import import_legacy_command
-    from pmoss.data.dataset import app as dataset_app
-    from pmoss.evaluate import evaluate_command
-    from pmoss.learn.cli import train_command
-    from pmoss.serve.gate import promote_command
-    from pmoss.serve.infer import schedule_command
-    from pmoss.serve.posttrain import post_train_command
-    from pmoss.serve.registry import app as registry_app
-    from pmoss.serve.serve import serve_command
-    from pmoss.sim.cli import app as sim_app
+# name -> (module, attribute): a command function, or a Typer sub-app (attribute `app`)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "collect": ("pmoss.collect.driver", "collect_command"),
+    "dataset": ("pmoss.data.dataset", "app"),
+    "train": ("pmoss.learn.cli", "train_command"),
+    "schedule": ("pmoss.serve.infer", "schedule_command"),
+    "evaluate": ("pmoss.evaluate", "evaluate_command"),
+    "import-legacy": ("pmoss.collect.legacy", "import_legacy_command"),
+    "registry": ("pmoss.serve.registry", "app"),
+    "sim": ("pmoss.sim.cli", "app"),
+    "serve": ("pmoss.serve.serve", "serve_command"),
+    "post-train": ("pmoss.serve.posttrain", "post_train_command"),
+}
 
-    app.command("collect")(collect_command)
-    app.add_typer(dataset_app, name="dataset")
-    app.command("train")(train_command)
-    app.command("schedule")(schedule_command)
-    app.command("evaluate")(evaluate_command)
-    app.command("import-legacy")(import_legacy_command)
-    registry_app.command("promote")(promote_command)
-    app.add_typer(registry_app, name="registry")
-    app.add_typer(sim_app, name="sim")
-    app.command("serve")(serve_command)
-    app.command("post-train")(post_train_command)
+
+def _mount(name: str) -> None:
+    """Import one sub-command's module (and so its libraries) and add it to the app."""
+    import importlib
+
+    module, attr = SUBCOMMANDS[name]
+    target = getattr(importlib.import_module(module), attr)
+    if isinstance(target, typer.Typer):
+        if name == "registry":  # the promotion gate sits above the registry and joins its group here
+            from pmoss.serve.gate import promote_command
+
+            target.command("promote")(promote_command)
+        app.add_typer(target, name=name)
+    else:
+        app.command(name)(target)
+
+
+def _short_help(module: str, attr: str) -> str:
+    """A command's one-paragraph help read from its module's source, without importing the module."""
+    import ast
+
+    source = Path(__file__).parent.joinpath(*module.split(".")[1:]).with_suffix(".py")  # find_spec would import parent packages
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name == attr:
+            return (ast.get_docstring(node) or "").split("\n\n")[0]
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in node.targets) and isinstance(node.value, ast.Call):
+            return next((str(k.value.value) for k in node.value.keywords if k.arg == "help" and isinstance(k.value, ast.Constant)), "")
+    return ""
+
+
+def _mount_subcommands(argv: list[str]) -> None:
+    """Only the sub-command being run is imported (torch, pyarrow, ... load with it); for the
+    top-level help every sub-command is listed from its source, so `pmoss --help` starts fast."""
+    name = next((a for a in argv if not a.startswith("-")), None)
+    if name in SUBCOMMANDS:
+        _mount(name)
+        return
+    for other, (module, attr) in SUBCOMMANDS.items():
+        app.command(other, help=_short_help(module, attr), context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(_stub)
+
+
+def _stub() -> None:  # never runs: a listed sub-command is mounted for real before it is invoked
+    raise AssertionError("sub-command stub invoked")
+
+
+class _NeverRaised(Exception):
+    pass
+
+
+def _mlflow_error() -> type[Exception]:
+    """MLflow's exception class if a command imported MLflow (evaluated only when an exception is on its way)."""
+    module = sys.modules.get("mlflow.exceptions")
+    return module.MlflowException if module else _NeverRaised
 
 
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit status 1."""
-    _mount_subcommands()
+    _mount_subcommands(sys.argv[1:])
     try:
         app()
     except PmossError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except _mlflow_error() as e:  # e.g. the tracking server went away after the start-up check
+        from pmoss.contracts.errors import brief
+        from pmoss.learn.tracking import default_tracking_uri
+
+        err.print(f"[red]error:[/red] MLflow at {default_tracking_uri()}: {brief(e, 200)}", highlight=False, soft_wrap=True)
         sys.exit(1)

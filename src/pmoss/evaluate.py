@@ -16,31 +16,69 @@ from typing import Annotated, Any, Optional
 import numpy as np
 import typer
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pmoss.contracts.groups import groups_of
-from pmoss.contracts.io import atomic_write_text, load_model
+from pmoss.contracts.io import atomic_write_text, load_model_with_flags
 from pmoss.contracts.policies import BASELINE_KINDS, generate
+from pmoss.contracts.errors import ContractError
 from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule, slices_for
-from pmoss.contracts.workload import get_workload
+from pmoss.contracts.workload import DATASETS, WORKLOADS, get_workload
 
 MASK_CONTROL = "mask-only"  # an untrained network under the same inference masks: what the masks alone reach
 EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values; runs are seeded base + r
 
 
 class EvalConfig(BaseModel):
+    """Checked whole on load (names, counts), so a bad cell fails before the first one runs."""
+
     model_config = ConfigDict(extra="forbid")
     machines: list[str] = Field(min_length=1)  # pool names, descriptor files, or directories of them
     workloads: list[str] = Field(min_length=1)
     dataset: str = "dense"
-    n_slices: int = 256
-    slices_per_worker: float | None = None  # set: each machine gets slices_for(machine, this) slices instead of n_slices
-    n_records: int = 10_000_000
-    window_s: float = 10.0
-    runs: int = 3  # evaluation seeds per schedule
+    n_slices: int = Field(256, ge=1)
+    slices_per_worker: float | None = Field(None, gt=0)  # set: each machine gets slices_for(machine, this) slices instead of n_slices
+    n_records: int = Field(10_000_000, ge=1)
+    window_s: float = Field(10.0, gt=0)
+    runs: int = Field(3, ge=1)  # evaluation seeds per schedule
     baselines: list[str] = list(BASELINE_KINDS)
     oracle: bool = False
-    target_factor: float = 2.0
+    target_factor: float = Field(2.0, gt=0)
+
+    @field_validator("machines")
+    @classmethod
+    def _known_machines(cls, refs: list[str]) -> list[str]:
+        from pmoss.sim import expand_machines, load_sim_machine
+
+        try:
+            for ref in expand_machines(refs):
+                load_sim_machine(ref)
+        except ContractError as e:
+            raise ValueError(str(e).removeprefix("machine: ")) from None
+        return refs
+
+    @field_validator("workloads")
+    @classmethod
+    def _known_workloads(cls, names: list[str]) -> list[str]:
+        unknown = [n for n in names if n not in WORKLOADS]
+        if unknown:
+            raise ValueError(f"unknown workload '{unknown[0]}' (known: {', '.join(WORKLOADS)})")
+        return names
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, name: str) -> str:
+        if name not in DATASETS:
+            raise ValueError(f"unknown dataset '{name}' (known: {', '.join(DATASETS)})")
+        return name
+
+    @field_validator("baselines")
+    @classmethod
+    def _known_baselines(cls, kinds: list[str]) -> list[str]:
+        unknown = [k for k in kinds if k not in BASELINE_KINDS]
+        if unknown:
+            raise ValueError(f"unknown schedule kind '{unknown[0]}' (baselines: {', '.join(BASELINE_KINDS)})")
+        return kinds
 
 
 def measure(machine: Any, workload: str, schedules: dict[str, Schedule], cfg: EvalConfig) -> dict[str, float]:
@@ -249,8 +287,7 @@ def evaluate_command(
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
     from pmoss.learn.bundle import load_bundle, untrained_like
 
-    cfg = load_model(EvalConfig, config)
-    cfg = cfg.model_copy(update={k: v for k, v in {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "oracle": oracle}.items() if v is not None})
+    cfg = load_model_with_flags(EvalConfig, config, {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "oracle": oracle})
     bundles = {}
     for spec in model:
         name, sep, path = spec.partition("=")

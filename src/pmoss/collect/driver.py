@@ -22,7 +22,6 @@ from typing import Annotated, Any, Optional
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import typer
 from tqdm import tqdm
 
@@ -70,15 +69,16 @@ def spec_id(spec: EpisodeSpec, schedule: Schedule) -> str:
 
 
 def done_ids(out: Path) -> set[str]:
-    """Episode ids already collected under `out` (only complete files exist there)."""
+    """Episode ids already collected under `out` (only complete files exist there). Each file is read
+    whole and checked against its checksum: a corrupt part must not count its episodes as done."""
     if not out.exists():
         return set()
     ids: set[str] = set()
     for f in raw_files(out):
         try:
-            ids.update(pq.read_table(f, columns=["episode_id"]).column(0).to_pylist())
-        except (OSError, pa.ArrowInvalid) as e:
-            raise ContractError(f"{f}: unreadable raw file ({e}); delete it and re-run collect") from e
+            ids.update(read_raw_file(f)["episode_id"].to_pylist())
+        except ContractError as e:
+            raise ContractError(f"{e}; or delete {f.name} and re-run collect") from e
     return ids
 
 

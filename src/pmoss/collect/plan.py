@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from pmoss.contracts.io import read_mapping, validate_model
+from pmoss.contracts.io import load_model_with_flags
 from pmoss.contracts.policies import PAPER_MIX
 from pmoss.contracts.schedule import ONE_CORE_KINDS, SHARED_KINDS
 from pmoss.contracts.workload import DATASETS, WORKLOADS
@@ -120,9 +120,7 @@ class EpisodeSpec(BaseModel):
 
 
 def load_pool(path: Path, **overrides: object) -> Pool:
-    data = read_mapping(Path(path))
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    return validate_model(Pool, data, source=str(path))
+    return load_model_with_flags(Pool, Path(path), overrides)
 
 
 def kind_counts(mix: dict[str, float], n: int) -> dict[str, int]:

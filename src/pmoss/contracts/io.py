@@ -15,15 +15,51 @@ from pmoss.contracts.errors import ContractError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
+REPO_ROOT = Path(__file__).resolve().parents[3]  # src/pmoss/contracts/io.py -> the repository
+
+
+def shipped(relative: str) -> Path:
+    """A config the repository ships (training/*.yaml, datasets/pools/*.yaml), found from any directory."""
+    return REPO_ROOT / relative
+
+
+class DuplicateKey(ValueError):
+    pass
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(f"key '{key}' appears twice; keep one")
+        out[key] = value
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of a repeated key; like the runtime's JSON reader, we refuse it."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise DuplicateKey(f"key '{key}' appears twice (line {key_node.start_mark.line + 1}); keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
 
 def read_mapping(path: Path) -> dict[str, Any]:
-    """Parse a YAML or JSON file into a dict; errors name the file."""
+    """Parse a YAML or JSON file into a dict; errors name the file. A repeated key is an error in
+    both (the C runtime's schedule reader, jansson with JSON_REJECT_DUPLICATES, does the same)."""
     path = Path(path)
     if not path.is_file():
         raise ContractError(f"{path}: no such file")
     try:
         text = path.read_text()
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text, object_pairs_hook=_json_object) if path.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
+    except DuplicateKey as e:
+        raise ContractError(f"{path}: {e}") from None
     except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
         raise ContractError(f"{path}: malformed {path.suffix.lstrip('.') or 'YAML'}: {_one_line(e)}") from e
     if not isinstance(data, dict):
@@ -34,6 +70,19 @@ def read_mapping(path: Path) -> dict[str, Any]:
 def load_model(cls: type[M], path: Path) -> M:
     """Load a pydantic contract from a file; the error names the file and the first bad field."""
     return validate_model(cls, read_mapping(path), source=str(path))
+
+
+def load_model_with_flags(cls: type[M], path: Path, flags: dict[str, Any]) -> M:
+    """`load_model` with command-line overrides (field -> value; None = not given). A bad override is
+    blamed on its flag (`--episodes-per-cell -1: ...`), anything else on the file."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    try:
+        return validate_model(cls, {**read_mapping(path), **given}, source=str(path))
+    except ContractError as e:
+        field = next((k for k in given if f": field '{k}': " in str(e)), None)
+        if field is None:
+            raise
+        raise ContractError(f"--{field.replace('_', '-')} {given[field]}: {str(e).split(f': field {field!r}: ', 1)[-1]}") from None
 
 
 def validate_model(cls: type[M], data: Any, source: str) -> M:

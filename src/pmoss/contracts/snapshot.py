@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pmoss.contracts.errors import ContractError
+from pmoss.contracts.checksum import stamp_table, verify_table
+from pmoss.contracts.errors import ContractError, brief
 
 SNAPSHOT_SCHEMA_VERSION = 1
 SOURCES = ("real", "sim", "legacy")
@@ -118,13 +119,14 @@ def _plain(v: Any) -> Any:
 
 
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:
-    """Temp file + fsync + rename: a crash never leaves a partial file under `path`."""
+    """Temp file + fsync + rename: a crash never leaves a partial file under `path`. The file carries
+    its content checksum (contracts/checksum.py), verified by `read_raw_file`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(stamp_table(table), tmp, compression="zstd")
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -153,14 +155,17 @@ def read_raw(path: Path) -> pa.Table:
 def read_raw_file(path: Path) -> pa.Table:
     try:
         table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise ContractError(f"{path}: not a readable Parquet file ({' '.join(str(e).split())[:200]})") from e
+    except (pa.ArrowException, OSError) as e:  # a damaged file fails in many ways: one line for all
+        raise ContractError(f"{path}: not a readable Parquet file ({brief(e)})") from e
     meta = table.schema.metadata or {}
     if meta.get(b"pmoss.schema") != b"raw-snapshot":
         raise ContractError(f"{path}: not a P-MOSS raw snapshot file (schema metadata missing)")
-    version = int(meta.get(b"pmoss.schema_version", b"0"))
-    if version > SNAPSHOT_SCHEMA_VERSION:
-        raise ContractError(f"{path}: field 'schema_version': {version} is newer than this pmoss ({SNAPSHOT_SCHEMA_VERSION}); upgrade pmoss")
+    version = meta.get(b"pmoss.schema_version", b"0")
+    if not version.isdigit():
+        raise ContractError(f"{path}: schema metadata 'pmoss.schema_version' is {version!r}, not a number; the file is corrupt")
+    if int(version) > SNAPSHOT_SCHEMA_VERSION:
+        raise ContractError(f"{path}: field 'schema_version': {int(version)} is newer than this pmoss ({SNAPSHOT_SCHEMA_VERSION}); upgrade pmoss")
+    verify_table(table, path)  # before any cast: the digest is of the file's own columns
     for name in OPTIONAL_COLUMNS:  # added after files of this schema version were written: null there
         if name not in table.schema.names:
             table = table.append_column(SNAPSHOT_SCHEMA.field(name), pa.nulls(table.num_rows, SNAPSHOT_SCHEMA.field(name).type))

@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import typer
 
-from pmoss.contracts.errors import ContractError
+from pmoss.contracts.checksum import file_digest, stamp_table, verify_files, verify_table
+from pmoss.contracts.errors import ContractError, brief
 from pmoss.contracts.machine import Machine, load_machine, save_machine
 from pmoss.contracts.snapshot import (
     check_file,
@@ -80,11 +81,11 @@ def build(raw: list[Path], output: Path, val: float, test: float, machines_dir: 
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
     try:
-        pq.write_table(table, tmp / "tokens.parquet", compression="zstd")
         (tmp / "stats.json").write_text(stats.to_json())
         (tmp / "dataset.json").write_text(json.dumps(manifest, indent=1))
         for name, m in machines.items():
             save_machine(m, tmp / "machines" / f"{name}.yaml")
+        write_tokens(table, tmp)
         if output.exists():
             shutil.rmtree(output)
         tmp.rename(output)
@@ -133,14 +134,27 @@ def _manifest(table: pa.Table, raw: list[Path], val: float, test: float, holdout
     }  # fmt: skip
 
 
+def write_tokens(table: pa.Table, root: Path) -> None:
+    """`root/tokens.parquet`, carrying its content checksum and those of the files already in `root`."""
+    files = {p.relative_to(root).as_posix(): file_digest(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    pq.write_table(stamp_table(table, files), root / "tokens.parquet", compression="zstd")
+
+
 def load_tokens(path: Path) -> tuple[pa.Table, Stats, dict[str, Machine]]:
+    """Table, stats and machines of a dataset, every file checked against the checksums it was written with."""
     path = Path(path)
     for need in ("tokens.parquet", "stats.json"):
         if not (path / need).is_file():
             raise ContractError(f"{path}: not a tokenised dataset ({need} missing); run `pmoss dataset build`")
-    table = pq.read_table(path / "tokens.parquet")
+    tokens = path / "tokens.parquet"
+    try:
+        table = pq.read_table(tokens)
+    except (pa.ArrowException, OSError) as e:  # a damaged file fails in many ways: one line for all
+        raise ContractError(f"{tokens}: not a readable Parquet file ({brief(e)}); rebuild the dataset") from e
     if (table.schema.metadata or {}).get(b"pmoss.schema") != b"tokens":
-        raise ContractError(f"{path / 'tokens.parquet'}: not a P-MOSS tokens file")
+        raise ContractError(f"{tokens}: not a P-MOSS tokens file")
+    verify_table(table, tokens)
+    verify_files(table, path, tokens)
     stats = Stats.from_json((path / "stats.json").read_text(), source=str(path / "stats.json"))
     machines = {p.stem: load_machine(p) for p in sorted((path / "machines").glob("*.yaml"))}
     return table.cast(TOKENS_SCHEMA), stats, machines

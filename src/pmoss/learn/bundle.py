@@ -1,21 +1,28 @@
 """A trained model as one self-contained file: weights + config + normalisation stats + provenance.
 
 Inference needs nothing else (no training data on disk). The same file is what the registry
-stores as the model version's artifact.
+stores as the model version's artifact, so it carries its own checksum (key `sha256`, a digest of
+everything else in it; docs/contracts.md "Checksums"), verified on every load.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import pickle
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from pmoss.contracts.errors import ContractError
+from pmoss.contracts.errors import ContractError, brief
 from pmoss.data.tokens import Stats
-from pmoss.learn.model import DecisionTransformer, DTConfig
+
+if TYPE_CHECKING:  # torch is imported where a bundle is read or written: `pmoss --help` must not pay for it
+    import torch
+
+    from pmoss.learn.model import DecisionTransformer, DTConfig
 
 BUNDLE_FILE = "model.pt"
 
@@ -28,6 +35,8 @@ class Bundle:
     info: dict[str, Any] = field(default_factory=dict)  # algo, dataset hash, git commit, metrics
 
     def model(self) -> DecisionTransformer:
+        from pmoss.learn.model import DecisionTransformer
+
         m = DecisionTransformer(self.config)
         m.load_state_dict(self.state_dict)
         return m.eval()
@@ -36,24 +45,45 @@ class Bundle:
 def untrained_like(bundle: Bundle, seed: int = 0) -> Bundle:
     """The same network, normalisation and inference settings with freshly initialised weights: the
     control that shows what the inference masks alone do (anything a trained model adds is learned)."""
+    import torch
+
+    from pmoss.learn.model import DecisionTransformer
+
     torch.manual_seed(seed)
     info = {**bundle.info, "control": "untrained (mask-only)"}
     return Bundle(bundle.config, bundle.stats, DecisionTransformer(bundle.config).state_dict(), info)
 
 
 def save_bundle(bundle: Bundle, path: Path) -> None:
+    import torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save(
-        {"config": dataclasses.asdict(bundle.config), "stats": dataclasses.asdict(bundle.stats),
-         "state_dict": bundle.state_dict, "info": bundle.info},
-        tmp,
-    )  # fmt: skip
+    payload = {"config": dataclasses.asdict(bundle.config), "stats": dataclasses.asdict(bundle.stats),
+               "state_dict": bundle.state_dict, "info": bundle.info}  # fmt: skip
+    torch.save({**payload, "sha256": bundle_digest(payload)}, tmp)
     tmp.replace(path)
 
 
+def bundle_digest(payload: dict[str, Any]) -> str:
+    """SHA-256 of a bundle's content: its JSON-able parts, then each tensor's name, dtype, shape and bytes."""
+    import torch
+
+    plain = {k: v for k, v in payload.items() if k not in ("state_dict", "sha256")}
+    h = hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode())
+    for name in sorted(payload["state_dict"]):
+        t = payload["state_dict"][name].detach().cpu().contiguous().reshape(-1)
+        h.update(f"\n{name}:{t.dtype}:{t.numel()}:{tuple(payload['state_dict'][name].shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def load_bundle(path: Path) -> Bundle:
+    import torch
+
+    from pmoss.learn.model import DTConfig
+
     path = Path(path)
     if path.is_dir():
         path = path / BUNDLE_FILE
@@ -61,6 +91,17 @@ def load_bundle(path: Path) -> Bundle:
         raise ContractError(f"{path}: no model bundle here")
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
+        _verify(raw, path)
         return Bundle(DTConfig(**raw["config"]), Stats(**raw["stats"]), raw["state_dict"], raw.get("info", {}))
-    except (RuntimeError, KeyError, TypeError) as e:
-        raise ContractError(f"{path}: not a P-MOSS model bundle ({e})") from e
+    # a damaged zip or pickle fails in many ways: one line naming the file for all of them
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError, AttributeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        raise ContractError(f"{path}: not a readable P-MOSS model bundle ({brief(e)})") from e
+
+
+def _verify(raw: Any, path: Path) -> None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("state_dict"), dict):
+        raise ContractError(f"{path}: not a P-MOSS model bundle (no state_dict)")
+    if not isinstance(raw.get("sha256"), str):
+        raise ContractError(f"{path}: no checksum (key 'sha256'); damaged, or saved by an older pmoss: retrain or re-save it")
+    if raw["sha256"] != bundle_digest(raw):
+        raise ContractError(f"{path}: checksum mismatch, the model file is corrupt; restore it or fetch it again")

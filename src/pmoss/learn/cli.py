@@ -7,16 +7,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from pmoss.contracts.io import load_model
+from pmoss.contracts.io import load_model, shipped
 from pmoss.learn.bundle import BUNDLE_FILE
 from pmoss.learn.config import TrainConfig
-from pmoss.learn.train import train
+
+DEFAULT_CONFIG = shipped("training/dt-tiny.yaml")
 
 
 def train_command(
     data: Annotated[Path, typer.Argument(help="Tokenised dataset directory (pmoss dataset build).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model directory: model.pt + checkpoints/.")],
-    config: Annotated[Path, typer.Option(help="Training config YAML (training/*.yaml).")] = Path("training/dt-tiny.yaml"),
+    config: Annotated[Path, typer.Option(help="Training config YAML (default: the repository's training/dt-tiny.yaml, from any directory).")] = DEFAULT_CONFIG,
     algo: Annotated[str, typer.Option(help="dt (Decision Transformer) | bc (behaviour cloning, top quantile) | cql (conservative Q-learning).")] = "dt",
     init: Annotated[Optional[Path], typer.Option(help="Fine-tune from this model bundle (the base model).")] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Override the config's max_steps.")] = None,
@@ -27,6 +28,7 @@ def train_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Pre-train a Decision Transformer or a baseline (--algo), or fine-tune one with --init; logged to MLflow."""
+    from pmoss.learn.train import train  # torch and Lightning: only when training
     cfg = load_model(TrainConfig, config)
     cfg = cfg.model_copy(update={k: v for k, v in {"max_steps": max_steps, "seed": seed}.items() if v is not None})
     if ray:

@@ -2,12 +2,33 @@
 
 MLFLOW_TRACKING_URI overrides the default. With a sqlite store, artifacts go to `mlflow/artifacts`
 next to the database (not to ./mlruns in whatever directory a command ran from).
+
+A server that cannot be reached fails fast: before any MLflow call, a TCP connect to the server is
+tried for at most PMOSS_TRACKING_TIMEOUT_S seconds (default 5). A server that answers the connect
+but then stalls is bounded by MLflow's own HTTP timeout and retries, which we lower from its
+defaults (7 retries with exponential backoff, 120 s per request: about 4 minutes of silence) to
+30 s per request and one quick retry; a server that is only slow (a loaded machine, a big model
+upload) still gets 30 s per answer. An MLFLOW_HTTP_REQUEST_* variable the user set is kept.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import time
+import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from pmoss.contracts.errors import PmossError
+
+TIMEOUT_ENV = "PMOSS_TRACKING_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 30  # per answer from a server that accepted the connection (MLflow wants an int)
+
+
+class TrackingUnreachable(PmossError):
+    pass
 
 
 def default_tracking_uri() -> str:
@@ -23,12 +44,61 @@ def artifact_location() -> str | None:
     return (db.parent / "artifacts").resolve().as_uri()
 
 
+def timeout_s() -> float:
+    raw = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise PmossError(f"{TIMEOUT_ENV}={raw!r}: not a number of seconds") from None
+    if not value > 0:
+        raise PmossError(f"{TIMEOUT_ENV}={raw!r}: must be > 0 seconds")
+    return value
+
+
+def bound_http_requests(budget_s: float) -> None:
+    """MLflow's HTTP client: one request waits at most REQUEST_TIMEOUT_S (or the connect budget, if
+    longer) for an answer, and retries once, briefly."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(REQUEST_TIMEOUT_S, round(budget_s))))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0.1")
+
+
+def check_reachable(uri: str, budget_s: float) -> None:
+    """For an http(s) URI: connect to the server, retrying until `budget_s` is spent; raise one line naming it."""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return  # sqlite and other local stores need no network
+    host, port = parts.hostname or "localhost", parts.port or (443 if parts.scheme == "https" else 80)
+    if urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(host):
+        return  # requests go through a proxy: a direct connect proves nothing; MLflow's bounded timeouts still apply
+    start, tries, wait = time.monotonic(), 0, 0.2
+    while True:
+        tries += 1
+        left = budget_s - (time.monotonic() - start)
+        try:
+            socket.create_connection((host, port), timeout=max(0.1, left)).close()
+            return
+        except OSError as e:
+            reason = e.strerror or type(e).__name__
+        left = budget_s - (time.monotonic() - start)
+        if left <= wait:
+            raise TrackingUnreachable(f"tracking server {uri} cannot be reached ({reason}; {tries} tries in {time.monotonic() - start:.1f} s); "
+                                      f"start it or set MLFLOW_TRACKING_URI ({TIMEOUT_ENV} sets the wait)")  # fmt: skip
+        time.sleep(wait)
+        wait *= 2
+
+
 def mlflow_client():
-    """The mlflow module, pointed at the tracking store and registry."""
+    """The mlflow module, pointed at the tracking store and registry (a server is checked first)."""
+    uri = default_tracking_uri()
+    budget = timeout_s()
+    bound_http_requests(budget)
+    check_reachable(uri, budget)
     import mlflow
 
-    mlflow.set_tracking_uri(default_tracking_uri())
-    mlflow.set_registry_uri(default_tracking_uri())
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
     return mlflow
 
 

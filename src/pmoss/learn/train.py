@@ -289,6 +289,7 @@ def mlflow_logger(experiment: str, run_name: str, run_id: str | None = None):
 def train(data: Path, output: Path, cfg: TrainConfig, init: Path | None = None, algo: str = "dt", experiment: str = "pmoss", progress: bool = True,
           shuffle_returns: int | None = None, stop_after: int | None = None) -> Bundle:  # fmt: skip
     """Train (or fine-tune from `init`) and write `output/model.pt`; resumes from `output/checkpoints/last.ckpt`."""
+    prepare(data, cfg, init, algo)  # data, --init and --algo checked (checksums included) before MLflow is set up
     logger = mlflow_logger(experiment, f"{algo}-{output.name}")
     learner, trainer, stats, model_cfg = fit(data, output, cfg, init, algo, logger, progress, shuffle_returns=shuffle_returns, stop_after=stop_after)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}

@@ -41,6 +41,7 @@ def promote(name: str, eval_config: Path, force: bool = False, reason: str | Non
     from pmoss.contracts.io import load_model
     from pmoss.evaluate import EvalConfig, evaluate_cells
 
+    cfg = load_model(EvalConfig, eval_config)  # the whole evaluation set is checked before the registry is asked
     mlflow = mlflow_client()
     client = mlflow.MlflowClient()
     cand = _version(client, name, CANDIDATE)
@@ -51,7 +52,6 @@ def promote(name: str, eval_config: Path, force: bool = False, reason: str | Non
         return False, f"version {cand.version} is already the champion"
     if force and not reason:
         raise RegistryError("--force needs --reason TEXT (it is recorded on the version)")
-    cfg = load_model(EvalConfig, eval_config)
     bundles = {"candidate": load_bundle(fetch(f"models:/{name}/{cand.version}"))}
     if champ is not None:
         bundles["champion"] = load_bundle(fetch(f"models:/{name}/{champ.version}"))

@@ -11,7 +11,6 @@ import typer
 
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.schedule import Schedule
-from pmoss.learn.rollout import propose
 
 
 def schedule_command(
@@ -49,6 +48,8 @@ def schedule_command(
     else:
         bundle = load_bundle(Path(model))
     score = _sim_score(m, row) if score_sim else None
+    from pmoss.learn.rollout import propose  # torch: only when scheduling
+
     sched = propose(bundle, m, row, mode=mode, k=k, temperature=temperature, target_factor=target_factor, cap=cap, score=score)  # type: ignore[arg-type]
     if output is None:
         typer.echo(json.dumps(sched.model_dump(mode="json")))

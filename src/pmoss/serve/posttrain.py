@@ -34,6 +34,7 @@ import yaml
 
 from pmoss.collect.plan import Pool, derive_seed, load_pool
 from pmoss.contracts.errors import ContractError
+from pmoss.contracts.io import shipped
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.schedule import Schedule
 
@@ -50,10 +51,10 @@ class PostTrainConfig:
     model: Path  # bundle the first round serves (e.g. models/assistant)
     output: Path  # round-<r>/ bundles and datasets, raw/, report.json, post-training.png
     rounds: int = 3
-    pool: Path = Path("datasets/pools/finetune-tiny.yaml")  # fine-tuning pool; its machines are replaced by `machine`
+    pool: Path = shipped("datasets/pools/finetune-tiny.yaml")  # fine-tuning pool; its machines are replaced by `machine`
     workloads: tuple[str, ...] = ()  # empty: the pool's workloads
     learned: Path = Path("datasets/learned")
-    train_config: Path = Path("training/dt-tiny.yaml")
+    train_config: Path = shipped("training/dt-tiny.yaml")
     steps: int = 100  # fine-tuning steps per round
     episodes_per_cell: int | None = None  # override the pool's (pool episodes per workload on the target)
     k: int = 8  # best-of-K samples per proposal
@@ -327,10 +328,10 @@ def post_train_command(
     rounds: Annotated[int, typer.Option(help="Post-training rounds (serve, observe, fine-tune).")] = 3,
     model: Annotated[Path, typer.Option(help="Model bundle the first round serves.")] = Path("models/assistant"),
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for round-<r>/ models, report.json and the plot.")] = Path("models/post-train"),
-    pool: Annotated[Path, typer.Option(help="Fine-tuning pool YAML (workloads, episode mix; its machines give way to --machine).")] = Path("datasets/pools/finetune-tiny.yaml"),
+    pool: Annotated[Path, typer.Option(help="Fine-tuning pool YAML (workloads, episode mix; its machines give way to --machine).")] = shipped("datasets/pools/finetune-tiny.yaml"),
     workloads: Annotated[Optional[list[str]], typer.Option(help="Workloads to serve (repeatable; default: the pool's).")] = None,
     learned: Annotated[Path, typer.Option(help="Where observed episodes (kind 'learned') are written.")] = Path("datasets/learned"),
-    config: Annotated[Path, typer.Option(help="Training config YAML.")] = Path("training/dt-tiny.yaml"),
+    config: Annotated[Path, typer.Option(help="Training config YAML (default: the repository's, from any directory).")] = shipped("training/dt-tiny.yaml"),
     steps: Annotated[Optional[int], typer.Option(help="Fine-tuning steps per round (default: params.yaml finetune.max_steps).")] = None,
     episodes_per_cell: Annotated[Optional[int], typer.Option(help="Override the pool's episodes per workload.")] = None,
     k: Annotated[int, typer.Option(help="Best-of-K samples per proposal.")] = 8,

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from pmoss.contracts.errors import PmossError
+from pmoss.contracts.errors import PmossError, brief
 from pmoss.learn.bundle import BUNDLE_FILE, load_bundle
 from pmoss.learn.tracking import ensure_experiment, mlflow_client
 
@@ -84,7 +84,7 @@ def fetch(uri: str) -> Path:
     try:
         local = Path(mlflow.artifacts.download_artifacts(uri))
     except mlflow.exceptions.MlflowException as e:
-        raise RegistryError(f"{uri}: cannot load from the registry ({e.message.splitlines()[0]})") from e
+        raise RegistryError(f"{uri}: cannot load from the registry ({_first_line(e.message)})") from e
     found = sorted(local.rglob(BUNDLE_FILE))
     if not found:
         raise RegistryError(f"{uri}: the version has no {BUNDLE_FILE}")
@@ -135,8 +135,15 @@ def _version(client: Any, name: str, alias: str) -> Any | None:
 
     try:
         return client.get_model_version_by_alias(name, alias)
-    except mlflow.exceptions.MlflowException:
-        return None
+    except mlflow.exceptions.MlflowException as e:
+        if e.error_code in ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST"):  # no such alias / model
+            return None
+        raise RegistryError(f"{name}@{alias}: the registry did not answer ({_first_line(e.message)})") from e
+
+
+def _first_line(message: str) -> str:
+    """MLflow's messages carry the HTTP library's chain of causes and advice: keep the first sentence."""
+    return brief(Exception(message or "no message"), 200)
 
 
 def rollback(name: str) -> str:
