@@ -56,6 +56,7 @@ def _mount_subcommands() -> None:
     from pmoss.serve.posttrain import post_train_command
     from pmoss.serve.registry import app as registry_app
     from pmoss.serve.serve import serve_command
+    from pmoss.serve.summary import summary_command
     from pmoss.sim.cli import app as sim_app
 
     app.command("collect")(collect_command)
@@ -69,6 +70,7 @@ def _mount_subcommands() -> None:
     app.add_typer(sim_app, name="sim")
     app.command("serve")(serve_command)
     app.command("post-train")(post_train_command)
+    app.command("summary")(summary_command)
 
 
 def main() -> None:
