@@ -124,6 +124,8 @@ def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path,
         register_models([f"bc={a}"], "pmoss-dt", metrics)
     with pytest.raises(RegistryError, match="POLICY=MODEL_DIR"):
         register_models([str(a), str(b)], "pmoss-dt", metrics)
+    with pytest.raises(RegistryError, match="nope.json: no such file"):
+        register_models([f"dt-base={a}"], "pmoss-dt", tmp_path / "nope.json")
 
 
 def test_registry_list_is_a_table(tmp_path, store):

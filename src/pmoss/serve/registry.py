@@ -45,6 +45,15 @@ PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")  # logged as models-fr
 EVAL_TAG_PREFIX = "eval."  # a version's own headline figures, one tag each (eval.vs_best_baseline, ...)
 
 
+def read_metrics(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise RegistryError(f"--metrics {path}: no such file; run the evaluation first (pmoss evaluate / dvc repro)") from None
+    except json.JSONDecodeError as e:
+        raise RegistryError(f"--metrics {path}: not JSON ({e.msg} at line {e.lineno}); re-run the evaluation") from None
+
+
 def own_metrics(headline: dict[str, Any], policy: str, source: Path) -> dict[str, float]:
     """The headline figures of `policy` in an evaluation's metrics.json (evaluate.summarise)."""
     per = headline.get("geomean", {})
@@ -68,7 +77,7 @@ def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | N
             tags["dataset_md5"] = file_md5(Path(dataset) / "tokens.parquet")
     own: dict[str, float] = {}
     if metrics is not None and policy is not None:
-        own = own_metrics(json.loads(Path(metrics).read_text()), policy, metrics)
+        own = own_metrics(read_metrics(metrics), policy, metrics)
         tags["policy"] = policy
         tags.update({f"{EVAL_TAG_PREFIX}{k}": f"{v:.4g}" for k, v in own.items()})
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a progress bar per registration drowns the demo's log
@@ -109,7 +118,7 @@ def register_models(models: list[str], name: str, metrics: Path | None, alias: s
         raise RegistryError("several models: pass --metrics and name each as POLICY=MODEL_DIR, so the evaluation picks the candidate")
     chosen = None
     if metrics is not None and all(p is not None for p, _ in specs):
-        headline = json.loads(Path(metrics).read_text())
+        headline = read_metrics(metrics)
         for p, _ in specs:
             own_metrics(headline, p, metrics)  # every name is checked before anything is registered
         chosen = best_policy(headline, [p for p, _ in specs])  # type: ignore[misc]
