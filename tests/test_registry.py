@@ -107,16 +107,15 @@ def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path,
 
     metrics = tmp_path / "eval" / "metrics.json"
     metrics.parent.mkdir()
-    metrics.write_text(json.dumps({"source": "sim", "n_cells": 1, "geomean": {
-        "dt-base": {"vs_best_baseline": 0.95, "cells_at_or_above_best_baseline": 0},
-        "dt-assistant": {"vs_best_baseline": 0.9, "cells_at_or_above_best_baseline": 0}}}))  # fmt: skip
+    metrics.write_text(json.dumps({"source": "sim", "n_cells": 1, "dt-base": {"vs_best": 0.95, "cells_ge_best": 0},
+                                   "dt-assistant": {"vs_best": 0.9, "cells_ge_best": 0}}))  # fmt: skip
     a, b = _bundle(tmp_path, "base"), _bundle(tmp_path, "assistant")
     versions, chosen = register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics)
     assert versions == {"dt-base": 1, "dt-assistant": 2} and chosen == "dt-base"  # the evaluation picks, not the order
     client = mlflow.MlflowClient()
     assert str(client.get_model_version_by_alias("pmoss-dt", "candidate").version) == "1"
     tags = client.get_model_version("pmoss-dt", "2").tags
-    assert tags["policy"] == "dt-assistant" and tags["eval.vs_best_baseline"] == "0.9"
+    assert tags["policy"] == "dt-assistant" and tags["eval.vs_best"] == "0.9"
     assert not any("dt-base" in v for v in tags.values())  # no other policy's figures on the version
     run = client.get_model_version("pmoss-dt", "2").run_id
     assert [f.path for f in client.list_artifacts(run, "evaluation")] == ["evaluation/metrics.json"]

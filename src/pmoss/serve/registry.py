@@ -42,7 +42,7 @@ def file_md5(path: Path) -> str:
 
 
 PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")  # logged as models-from-code (no pickled object)
-EVAL_TAG_PREFIX = "eval."  # a version's own headline figures, one tag each (eval.vs_best_baseline, ...)
+EVAL_TAG_PREFIX = "eval."  # a version's own headline figures, one tag each (eval.vs_best, ...)
 
 
 def read_metrics(path: Path) -> dict[str, Any]:
@@ -56,7 +56,9 @@ def read_metrics(path: Path) -> dict[str, Any]:
 
 def own_metrics(headline: dict[str, Any], policy: str, source: Path) -> dict[str, float]:
     """The headline figures of `policy` in an evaluation's metrics.json (evaluate.summarise)."""
-    per = headline.get("geomean", {})
+    from pmoss.evaluate import policy_figures
+
+    per = policy_figures(headline)
     if policy not in per:
         raise RegistryError(f"{source}: no figures for policy '{policy}' (have: {', '.join(per) or 'none'}); pass POLICY=MODEL_DIR with an evaluated name")
     return {k: float(v) for k, v in per[policy].items()}
@@ -188,7 +190,7 @@ def version_row(v: Any, aliases: list[str]) -> list[str]:
     """One row of `registry list`: only this version's own figures (tags eval.*)."""
     tags = v.tags
     when = datetime.fromtimestamp(v.creation_timestamp / 1000, UTC).strftime("%Y-%m-%d %H:%M")
-    figures = [tags.get(f"{EVAL_TAG_PREFIX}{k}", "-") for k in ("vs_best_baseline", "vs_best_one_core_baseline", "vs_oracle", "cells_at_or_above_best_baseline")]
+    figures = [tags.get(f"{EVAL_TAG_PREFIX}{k}", "-") for k in ("vs_best", "vs_one_core", "vs_oracle", "cells_ge_best")]
     return [str(v.version), ",".join(sorted(aliases)) or "-", tags.get("policy", "-"), *figures, tags.get("dataset", "-"), when, tags.get("promotion_decision", "-")]
 
 

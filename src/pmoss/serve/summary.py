@@ -30,9 +30,11 @@ def headline_table(metrics: dict[str, Any]) -> Any:
     table = Table(title=f"learned policies vs the baselines, geo-mean over {metrics.get('n_cells', '?')} cells (source={metrics.get('source', '?')})")
     for col in ("policy", "vs best baseline", "vs best one-core", "vs oracle", "cells >= best"):
         table.add_column(col, justify="left" if col == "policy" else "right")
-    for policy, g in metrics.get("geomean", {}).items():
-        cells = [f"{g[k]:.3f}" if k in g else "-" for k in ("vs_best_baseline", "vs_best_one_core_baseline", "vs_oracle")]
-        table.add_row(policy, *cells, f"{g.get('cells_at_or_above_best_baseline', '-')} of {metrics.get('n_cells', '?')}")
+    from pmoss.evaluate import policy_figures
+
+    for policy, g in policy_figures(metrics).items():
+        cells = [f"{g[k]:.3f}" if k in g else "-" for k in ("vs_best", "vs_one_core", "vs_oracle")]
+        table.add_row(policy, *cells, f"{g.get('cells_ge_best', '-')} of {metrics.get('n_cells', '?')}")
     return table
 
 
@@ -46,11 +48,13 @@ def summary_command(
     metrics = _read_json(eval_dir / "metrics.json", "the evaluate stage")
     receipt = _read_json(eval_dir / "registered.json", "the register stage")
     console = Console()
+    say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
     console.print(headline_table(metrics))
     others = ", ".join(f"v{v} {p}" for p, v in receipt.get("versions", {}).items() if p != receipt.get("policy"))
-    console.print(f"registered: {receipt['name']} version {receipt['version']} ({receipt.get('policy', '?')}) alias [bold]{receipt['alias']}[/bold]"
-                  f" — the best geo-mean vs the best baseline{f'; also {others}' if others else ''}", highlight=False)  # fmt: skip
-    console.print(f"plots:      {'  '.join(str(eval_dir / p) for p in PLOTS if (eval_dir / p).exists())}"
-                  "   (dvc plots show: per-cell speedup, training loss)", highlight=False)  # fmt: skip
-    console.print("next:       pmoss registry list   |   pmoss registry promote --eval datasets/pools/eval-tiny.yaml   |   dvc exp show --only-changed", highlight=False)
-    console.print(f"browse:     mlflow ui --backend-store-uri {tracking_uri}", highlight=False)
+    say(f"registered: {receipt['name']} version {receipt['version']} ({receipt.get('policy', '?')}) alias [bold]{receipt['alias']}[/bold]"
+        f" (the best geo-mean vs the best baseline){f'; also {others}' if others else ''}")  # fmt: skip
+    plots = "  ".join(str(eval_dir / p) for p in PLOTS if (eval_dir / p).exists())
+    say(f"plots:      {plots or '-'}   (dvc plots show: speedup per cell, training loss)")
+    say("next:       pmoss registry list  |  pmoss registry promote --eval datasets/pools/eval-tiny.yaml")
+    say("compare:    dvc exp show --only-changed --drop '.*/.*'  |  dvc plots diff")
+    say(f"browse:     mlflow ui --backend-store-uri {tracking_uri}")
