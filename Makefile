@@ -11,16 +11,23 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PMOSS_LIB := $(CURDIR)/$(BUILD)/runtime/libpmoss.so
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow/mlflow.db
 
-.PHONY: help setup apt venv native demo scenario test test-py test-c test-sanitize bench clean
+.PHONY: help setup apt apt-test venv native demo scenario test test-py test-c test-sanitize bench clean
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-setup: apt venv native  ## apt packages, .venv with pinned packages, C build
+setup: apt venv native  ## what the demo needs: apt packages, .venv with pinned packages, C build
 
+# Two lists: the demo's (apt-packages.txt) and what only the tests and benchmarks use (qemu guest,
+# fuzzer, absl baseline: apt-test-packages.txt), so `make demo` does not install a kernel and clang.
 apt: .stamp-apt
 .stamp-apt: setup/apt-packages.txt
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$(grep -v '^#' setup/apt-packages.txt)
+	touch $@
+
+apt-test: .stamp-apt-test
+.stamp-apt-test: setup/apt-test-packages.txt .stamp-apt
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$(grep -v '^#' setup/apt-test-packages.txt)
 	touch $@
 
 venv: .stamp-venv
@@ -36,12 +43,10 @@ native: .stamp-apt  ## build libpmoss + pmoss-runtime (CMake, Release with debug
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build $(BUILD) -j2
 
-demo: setup  ## run the whole pipeline (dvc repro) on the embedded tiny defaults
+demo: setup  ## run the whole pipeline (dvc repro) on the embedded tiny defaults, then one screen of results
 	$(VENV)/bin/dvc repro
-	@$(VENV)/bin/dvc metrics show
 	@echo
-	@echo "metrics: eval/metrics.json   plots: eval/speedup.png eval/schedules.png   models: pmoss-dt@candidate (pmoss registry list)"
-	@echo "browse:  $(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI)"
+	@$(VENV)/bin/pmoss summary
 
 # The dynamic scenario (lookup -> scan -> read-write) served by the promoted champion, on a simulated
 # Skylake-X-like machine and on this host's real runtime. Needs the demo's registered model.
@@ -50,7 +55,8 @@ scenario: demo  ## promote the candidate (gated) and serve the dynamic scenario;
 	pmoss serve --backend sim --machine intel-skx-4s --phases ycsb-c:20,scan:20,ycsb-a:20 -o serve/sim
 	pmoss serve --backend runtime --keys 1000000 --phases ycsb-c:5,scan:5,ycsb-a:5 -o serve/runtime
 
-test: setup  ## ctest, sanitizer builds, pytest (fast set + the `ci` slice of the slow ones)
+# apt-test before setup: the C build then configures with the test-only packages present.
+test: apt-test setup  ## ctest, sanitizer builds, pytest (fast set + the `ci` slice of the slow ones)
 	$(MAKE) test-c
 	$(MAKE) test-sanitize
 	$(MAKE) test-py
@@ -71,7 +77,7 @@ test-py:
 	$(VENV)/bin/pytest -q -m "not slow"
 	$(VENV)/bin/pytest -q -m "slow and ci"
 
-bench: setup  ## every benchmark; JSON records land in benchmarks/results/
+bench: apt-test setup  ## every benchmark; JSON records land in benchmarks/results/
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
 	$(PY) benchmarks/report.py
 

@@ -135,6 +135,27 @@ def test_champion_reload_and_unreachable_server(tmp_path, monkeypatch):
     assert errors and "http://127.0.0.1:9 cannot be reached" in errors[-1]["reason"]
 
 
+def test_no_champion_keeps_the_heuristic_and_says_why(tmp_path, monkeypatch):
+    from pmoss.learn.tracking import mlflow_client
+    from pmoss.serve.registry import register
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow/mlflow.db")
+    v = register(_bundle(tmp_path / "a"), "pmoss-dt", None, None)  # a candidate the gate refused: no champion
+    client = mlflow_client().MlflowClient()
+    client.set_model_version_tag("pmoss-dt", str(v), "promotion_decision", "refused")
+    client.set_model_version_tag("pmoss-dt", str(v), "promotion_reason", "no better than the best heuristic: cell x is 9.0% worse")
+    timeline = Timeline()
+    champion = Champion("models:/pmoss-dt@champion", timeline)
+    backend = SimBackend(load_sim_machine("intel-skx-4s"), 1_000_000, "dense", N)
+    serve(backend, champion, ServeConfig(parse_phases("ycsb-c:2,scan:2"), check_model_every=1, initial_kind="sn-numa"), timeline)
+    said = [json.loads(r["detail"])["reason"] for r in timeline.rows if r["event"] == "no_model"]
+    assert len(said) == 1 and "gate refused every candidate (version 1: no better than the best heuristic" in said[0]  # said once
+    assert "inference_start" not in [r["event"] for r in timeline.rows] and backend.schedule.kind == "sn-numa"
+    client.set_registered_model_alias("pmoss-dt", "champion", str(v))  # promoted later: serving picks it up
+    champion.refresh()
+    assert champion.version == str(v) and champion.no_model is None
+
+
 def test_serve_keeps_schedule_when_model_cannot_load(tmp_path):
     timeline = Timeline()
     champion = Champion(str(tmp_path / "missing"), timeline)

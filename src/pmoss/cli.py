@@ -57,6 +57,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("pmoss.sim.cli", "app"),
     "serve": ("pmoss.serve.serve", "serve_command"),
     "post-train": ("pmoss.serve.posttrain", "post_train_command"),
+    "summary": ("pmoss.serve.summary", "summary_command"),
 }
 
 

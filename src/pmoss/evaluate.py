@@ -3,8 +3,9 @@
 For each machine x workload cell: a fresh snapshot under the running schedule (os-default, with a
 seed no training episode used) is the model's only input; every schedule — learned, baseline,
 oracle — is then measured by the same simulator with the same evaluation seeds. Output:
-`metrics.json` (per-cell speedups and geometric means, for `dvc metrics show`) and a bar plot
-that states its data source.
+`metrics.json` (the headline geometric means per policy, for `dvc metrics show` / `dvc exp show`),
+`cells-detail.json` (the same ratios per cell), `cells.json` (throughput per cell and policy),
+`speedup.json` (plot data for `dvc plots`) and plots that state their data source.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pmoss.contracts.errors import ContractError
 from pmoss.contracts.groups import groups_of
 from pmoss.contracts.io import atomic_write_text, load_model_with_flags
 from pmoss.contracts.policies import BASELINE_KINDS, generate
@@ -176,13 +178,22 @@ def sampled_gap(samples: dict[str, dict[str, list[float]]], a: str, b: str) -> t
     return float(np.mean(gaps)), float(np.sqrt(var) / len(gaps))
 
 
-def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines: list[str]) -> dict[str, Any]:
-    """Per cell and as geometric means: each learned policy vs the best baseline (the target), vs the
-    best one-core baseline (the schedules a model can express: one core per slice) and vs the oracle."""
+HEADLINE_KEYS = ("vs_best_baseline", "vs_best_one_core_baseline", "vs_oracle")
+# Short names in metrics.json: `dvc exp show` makes each a column "POLICY.NAME" and a table of
+# 4 policies x 4 figures must stay readable in a terminal.
+HEADLINE_NAMES = {"vs_best_baseline": "vs_best", "vs_best_one_core_baseline": "vs_one_core", "vs_oracle": "vs_oracle"}
+CELLS_AT_BEST = "cells_ge_best"  # cells where the policy is at or above the best baseline
+
+
+def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(headline, detail). Headline (`metrics.json`, what `dvc metrics show` / `dvc exp show` print):
+    per learned policy the geometric means over cells vs the best baseline (`vs_best`, the target),
+    vs the best one-core baseline (`vs_one_core`: what one core per slice can express) and vs the
+    oracle, and how many cells are at or above the best baseline (`cells_ge_best`).
+    Detail (`cells-detail.json`): the same ratios per cell."""
     one_core = [b for b in baselines if b in ONE_CORE_KINDS]
-    keys = ["vs_best_baseline", "vs_best_one_core_baseline", "vs_oracle"]
-    metrics: dict[str, Any] = {"source": "sim", "cells": {}, "geomean": {}}
-    ratios: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in learned}
+    detail: dict[str, Any] = {"source": "sim", "cells": {}}
+    ratios: dict[str, dict[str, list[float]]] = {m: {k: [] for k in HEADLINE_KEYS} for m in learned}
     for cell, tp in cells.items():
         best = max(tp[b] for b in baselines)
         entry: dict[str, Any] = {"best_baseline": max(baselines, key=lambda b: tp[b]), "best_baseline_qps": best}
@@ -196,12 +207,36 @@ def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines:
             for k, ref in refs.items():
                 entry[f"{m}_{k}"] = tp[m] / ref
                 ratios[m][k].append(tp[m] / ref)
-        metrics["cells"][cell] = entry
+        detail["cells"][cell] = entry
+    headline: dict[str, Any] = {"source": "sim", "n_cells": len(cells)}
     for m, r in ratios.items():
-        metrics["geomean"][m] = {k: float(np.exp(np.mean(np.log(v)))) for k, v in r.items() if v}
-        metrics["geomean"][m]["cells_at_or_above_best_baseline"] = int(sum(x >= 1.0 for x in r["vs_best_baseline"]))
-    metrics["n_cells"] = len(cells)
-    return metrics
+        headline[m] = {HEADLINE_NAMES[k]: round(float(np.exp(np.mean(np.log(v)))), 4) for k, v in r.items() if v}
+        headline[m][CELLS_AT_BEST] = int(sum(x >= 1.0 for x in r["vs_best_baseline"]))
+    return headline, detail
+
+
+def policy_figures(headline: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """POLICY -> its headline figures, from a metrics.json (the entries that are not source/n_cells)."""
+    return {k: v for k, v in headline.items() if isinstance(v, dict)}
+
+
+def best_policy(headline: dict[str, Any], policies: list[str]) -> str:
+    """The policy among `policies` with the highest geometric mean vs the best baseline."""
+    per = policy_figures(headline)
+    missing = [p for p in policies if p not in per]
+    if missing:
+        raise ContractError(f"metrics: policy '{missing[0]}' is not evaluated (have: {', '.join(per)})")
+    return max(policies, key=lambda p: per[p]["vs_best"])
+
+
+def speedup_rows(cells: dict[str, dict[str, float]], baselines: list[str]) -> list[dict[str, Any]]:
+    """Plot data for `dvc plots`: one row per cell x policy, throughput relative to the cell's best
+    baseline (`dvc plots diff` puts experiments side by side)."""
+    rows = []
+    for cell, tp in cells.items():
+        best = max(tp[b] for b in baselines)
+        rows += [{"cell": cell, "policy": p, "label": f"{cell} {p}", "vs_best_baseline": round(v / best, 4)} for p, v in tp.items()]
+    return rows
 
 
 def plot(cells: dict[str, dict[str, float]], out: Path) -> None:
@@ -277,7 +312,7 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
 def evaluate_command(
     config: Annotated[Path, typer.Argument(help="Evaluation set YAML (machines, workloads, seeds).")],
     model: Annotated[list[str], typer.Option(help="NAME=PATH of a model bundle (repeatable).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for metrics.json, cells.json and the plot.")] = Path("eval"),
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for metrics.json, cells-detail.json, cells.json, speedup.json and the plots.")] = Path("eval"),
     n_slices: Annotated[Optional[int], typer.Option(help="Override the config's slice count.")] = None,
     slices_per_worker: Annotated[Optional[float], typer.Option(help="Scale N with each machine: this many slices per worker thread (overrides n_slices).")] = None,
     oracle: Annotated[Optional[bool], typer.Option("--oracle/--no-oracle", help="Also search an oracle schedule per cell.")] = None,
@@ -298,11 +333,13 @@ def evaluate_command(
         bundles[MASK_CONTROL] = untrained_like(next(iter(bundles.values())))
     schedules: dict[str, dict[str, Schedule]] = {}
     cells = evaluate_cells(cfg, bundles, keep=schedules)
-    metrics = summarise(cells, list(bundles), cfg.baselines)
-    atomic_write_text(output / "metrics.json", json.dumps(metrics, indent=1) + "\n")
+    headline, detail = summarise(cells, list(bundles), cfg.baselines)
+    atomic_write_text(output / "metrics.json", json.dumps(headline, indent=1) + "\n")
+    atomic_write_text(output / "cells-detail.json", json.dumps(detail, indent=1) + "\n")
     atomic_write_text(output / "cells.json", json.dumps(cells, indent=1) + "\n")
+    atomic_write_text(output / "speedup.json", json.dumps(speedup_rows(cells, cfg.baselines), indent=1) + "\n")
     learned = {c: {n: s.model_dump(mode="json") for n, s in per.items()} for c, per in schedules.items()}
     atomic_write_text(output / "schedules.json", json.dumps(learned) + "\n")
     plot(cells, output / "speedup.png")
     heatmap(schedules, output / "schedules.png")
-    typer.echo(yaml.safe_dump(metrics["geomean"], sort_keys=False))
+    typer.echo(yaml.safe_dump(policy_figures(headline), sort_keys=False))

@@ -97,6 +97,11 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
+# Simulated rows carry this instead of the wall clock: the same params give byte-identical Parquet
+# on any machine, so DVC sees an unchanged pipeline (real and legacy rows keep when they were taken).
+SIM_TIMESTAMP = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def episodes_to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
     """Build a table from episode dicts; missing optional columns become null, extras are errors."""
     rows = list(rows)

@@ -13,7 +13,9 @@ and the torch RNG (dropout) travels in the checkpoint, so a run stopped at step 
 
 from __future__ import annotations
 
+import logging
 import subprocess
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +26,7 @@ import pyarrow.compute as pc
 import torch
 
 from pmoss.contracts.errors import PmossError
+from pmoss.contracts.io import atomic_write_text
 from pmoss.data.dataset import load_tokens
 from pmoss.data.state import as_tensors, machine_arrays, pad_of
 from pmoss.data.tokens import Stats
@@ -134,7 +137,25 @@ class StepBatchSampler(torch.utils.data.Sampler[list[int]]):
 def _lightning():
     import lightning as L  # ~5 s import: only when training
 
+    _hush_lightning()
     return L
+
+
+def _not_a_tip(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("💡 Tip")  # Lightning's ads for its cloud loggers
+
+
+def _hush_lightning(quiet: bool = False) -> None:
+    """Drop library noise that says nothing about this run: Lightning's "try litlogger/litmodels"
+    tips and its own use of torch's deprecated `LeafSpec`; with `quiet`, also its info lines
+    (seed, accelerators). Warnings and errors still show."""
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if _not_a_tip not in rank_zero.filters:
+        rank_zero.addFilter(_not_a_tip)
+    if quiet:
+        for name in ("lightning.pytorch", "lightning.fabric"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def build_datamodule(path: Path, cfg: TrainConfig, stats: Stats | None = None, algo: str = "dt", shuffle_returns: int | None = None):
@@ -229,6 +250,44 @@ def prepare(data: Path, cfg: TrainConfig, init: Path | None, algo: str) -> tuple
     return _merge_best(base.stats, stats), base.config, base  # fine-tuning keeps the base model's normalisation and shapes
 
 
+LOSS_CURVES = {"train": "train-loss.csv", "val": "val-loss.csv"}  # next to the bundle: data of the `dvc plots` training curves
+
+
+def loss_curve_callback(output: Path, every: int):
+    """Records train loss every `every` steps and val loss at each validation into
+    `output/{train,val}-loss.csv` (columns step,<stage>_loss; a resumed run keeps its earlier
+    steps), so `dvc plots diff` can compare the curves of experiments."""
+    L = _lightning()
+
+    class LossCurve(L.Callback):
+        def __init__(self) -> None:
+            self.rows: dict[str, list[tuple[int, float]]] = {stage: [] for stage in LOSS_CURVES}
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            for stage, name in LOSS_CURVES.items():  # resuming: keep each curve up to the restored step
+                if (output / name).exists():
+                    pairs = (line.split(",") for line in (output / name).read_text().splitlines()[1:])
+                    self.rows[stage] = [(int(a), float(b)) for a, b in pairs if int(a) <= trainer.global_step]
+
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            loss = trainer.callback_metrics.get("train/loss")
+            if loss is not None and trainer.global_step % every == 0:
+                self.rows["train"].append((trainer.global_step, float(loss)))
+
+        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            loss = trainer.callback_metrics.get("val/loss")
+            if loss is not None and not trainer.sanity_checking:
+                self.rows["val"].append((trainer.global_step, float(loss)))
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            if trainer.is_global_zero:
+                for stage, name in LOSS_CURVES.items():
+                    body = "".join(f"{step},{loss:.6g}\n" for step, loss in self.rows[stage])
+                    atomic_write_text(output / name, f"step,{stage}_loss\n" + body)
+
+    return LossCurve()
+
+
 def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *, ray: bool = False, stop_after: int | None = None):
     """The Lightning Trainer of `pmoss train`; `ray=True` swaps in Ray's DDP strategy and environment.
 
@@ -238,7 +297,8 @@ def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *,
     L = _lightning()
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    callbacks: list[Any] = [ModelCheckpoint(dirpath=output / "checkpoints", save_last=True, every_n_train_steps=max(1, cfg.val_every))]
+    callbacks: list[Any] = [ModelCheckpoint(dirpath=output / "checkpoints", save_last=True, every_n_train_steps=max(1, cfg.val_every)),
+                            loss_curve_callback(output, every=10)]  # fmt: skip
     dist: dict[str, Any] = {}
     if ray:
         from ray.train.lightning import (
@@ -267,8 +327,9 @@ def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *,
 def fit(data: Path, output: Path, cfg: TrainConfig, init: Path | None, algo: str, logger: Any, progress: bool = True, *,
         ray: bool = False, shuffle_returns: int | None = None, stop_after: int | None = None):  # fmt: skip
     """Seed, build, and fit (resuming from output/checkpoints/last.ckpt); returns (learner, trainer, stats, model config)."""
-
-    _lightning().seed_everything(cfg.seed, workers=True)
+    L = _lightning()
+    _hush_lightning(quiet=not progress)
+    L.seed_everything(cfg.seed, workers=True)
     stats, model_cfg, base = prepare(data, cfg, init, algo)
     learner = build_learner(build_algorithm(algo, model_cfg, cfg, base.state_dict if base else None))
     dm = build_datamodule(data, cfg, stats, algo, shuffle_returns)

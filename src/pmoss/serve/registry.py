@@ -1,8 +1,10 @@
 """The model registry on MLflow: register trained bundles, fetch, list, roll back (the promotion gate is gate.py).
 
-A version carries the bundle (weights + config + normalisation stats) as an MLflow pyfunc model,
-and as tags: the model config, the dataset hash it was trained on, the git commit, and its
-evaluation metrics. New versions get the alias `candidate`. Works against the sqlite store under
+A version carries the bundle (weights + config + normalisation stats) as an MLflow pyfunc model
+(models from code: pyfunc_model.py), and as tags: the model config, the dataset and its hash, the
+git commit, its policy name and its own headline figures (`eval.*`); the whole evaluation is an
+artifact of the version's run. Of several models registered together, the alias `candidate` goes
+to the best-evaluated one. Works against the sqlite store under
 `mlflow/` (default) or any MLflow server named by MLFLOW_TRACKING_URI.
 """
 
@@ -10,13 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from pmoss.contracts.errors import PmossError, brief
+from pmoss.contracts.io import atomic_write_text
 from pmoss.learn.bundle import BUNDLE_FILE, load_bundle
 from pmoss.learn.tracking import ensure_experiment, mlflow_client
 
@@ -36,46 +41,95 @@ def file_md5(path: Path) -> str:
     return h.hexdigest()
 
 
-def _pyfunc_class():
-    import mlflow.pyfunc
-
-    class ScheduleModel(mlflow.pyfunc.PythonModel):
-        """pyfunc wrapper: `load_context` loads the bundle; `predict` is not the serving path."""
-
-        def load_context(self, context: Any) -> None:
-            self.bundle = load_bundle(Path(context.artifacts["bundle"]))
-
-        def predict(self, context, model_input, params=None):  # no hints: MLflow would try to infer a schema
-            return {"config": asdict(self.bundle.config)}
-
-    return ScheduleModel
+PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")  # logged as models-from-code (no pickled object)
+EVAL_TAG_PREFIX = "eval."  # a version's own headline figures, one tag each (eval.vs_best, ...)
 
 
-def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | None, alias: str = "candidate") -> int:
-    """Log `model_dir/model.pt` as a new version of `name`, tag it, point `alias` at it; returns the version."""
+def read_metrics(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise RegistryError(f"--metrics {path}: no such file; run the evaluation first (pmoss evaluate / dvc repro)") from None
+    except json.JSONDecodeError as e:
+        raise RegistryError(f"--metrics {path}: not JSON ({e.msg} at line {e.lineno}); re-run the evaluation") from None
+
+
+def own_metrics(headline: dict[str, Any], policy: str, source: Path) -> dict[str, float]:
+    """The headline figures of `policy` in an evaluation's metrics.json (evaluate.summarise)."""
+    from pmoss.evaluate import policy_figures
+
+    per = policy_figures(headline)
+    if policy not in per:
+        raise RegistryError(f"{source}: no figures for policy '{policy}' (have: {', '.join(per) or 'none'}); pass POLICY=MODEL_DIR with an evaluated name")
+    return {k: float(v) for k, v in per[policy].items()}
+
+
+def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | None, alias: str | None = "candidate", policy: str | None = None) -> int:
+    """Log `model_dir/model.pt` as a new version of `name`, tag it with its own figures (those of
+    `policy` in `metrics`; the whole evaluation is attached as an artifact), and point `alias` at
+    it (None: no alias). `dataset` defaults to the one the bundle says it was trained on."""
     mlflow = mlflow_client()
     bundle = load_bundle(model_dir)
+    dataset = dataset if dataset is not None else (Path(bundle.info["data"]) if bundle.info.get("data") else None)
     tags: dict[str, str] = {"git_commit": str(bundle.info.get("git_commit", "unknown")), "algo": str(bundle.info.get("algo", "dt")),
                             "model_config": json.dumps(asdict(bundle.config)), "source": "sim"}  # fmt: skip
     if dataset is not None:
         tags["dataset"] = str(dataset)
-        tags["dataset_md5"] = file_md5(Path(dataset) / "tokens.parquet")
-    eval_metrics = json.loads(Path(metrics).read_text()) if metrics else {}
-    if eval_metrics:
-        tags["eval_metrics"] = json.dumps(eval_metrics.get("geomean", {}))
+        if (Path(dataset) / "tokens.parquet").is_file():
+            tags["dataset_md5"] = file_md5(Path(dataset) / "tokens.parquet")
+    own: dict[str, float] = {}
+    if metrics is not None and policy is not None:
+        own = own_metrics(read_metrics(metrics), policy, metrics)
+        tags["policy"] = policy
+        tags.update({f"{EVAL_TAG_PREFIX}{k}": f"{v:.4g}" for k, v in own.items()})
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a progress bar per registration drowns the demo's log
     with mlflow.start_run(experiment_id=ensure_experiment("pmoss-registry"), run_name=f"register-{name}") as run:
         mlflow.set_tags(tags)
         mlflow.log_dict(asdict(bundle.stats), "normalisation_stats.json")
-        for m, vals in eval_metrics.get("geomean", {}).items():
-            mlflow.log_metrics({f"{m}.{k}": float(v) for k, v in vals.items()})
-        mlflow.pyfunc.log_model(name="model", python_model=_pyfunc_class()(), artifacts={"bundle": str(Path(model_dir) / BUNDLE_FILE)},
-                                pip_requirements=["torch==2.13.0", "pmoss"])  # fmt: skip
-        version = mlflow.register_model(f"runs:/{run.info.run_id}/model", name)
+        if own:
+            mlflow.log_metrics(own)
+        for f in _evaluation_files(metrics):
+            mlflow.log_artifact(str(f), "evaluation")
+        info = mlflow.pyfunc.log_model(name="model", python_model=str(PYFUNC_CODE), artifacts={"bundle": str(Path(model_dir) / BUNDLE_FILE)},
+                                       pip_requirements=["torch==2.13.0", "pmoss"])  # fmt: skip
+        version = mlflow.register_model(info.model_uri, name)
     client = mlflow.MlflowClient()
     for k, v in tags.items():
         client.set_model_version_tag(name, version.version, k, v)
-    client.set_registered_model_alias(name, alias, version.version)
+    if alias:
+        client.set_registered_model_alias(name, alias, version.version)
     return int(version.version)
+
+
+def _evaluation_files(metrics: Path | None) -> list[Path]:
+    """The full evaluation next to a metrics.json: the headline and the per-cell files."""
+    if metrics is None:
+        return []
+    near = [Path(metrics).with_name(n) for n in ("cells-detail.json", "cells.json")]
+    return [Path(metrics)] + [f for f in near if f.is_file()]
+
+
+def register_models(models: list[str], name: str, metrics: Path | None, alias: str = "candidate", dataset: Path | None = None) -> tuple[dict[str, int], str]:
+    """Register every `POLICY=DIR` (or `DIR`) as a version of `name`; `alias` goes to the one whose
+    evaluation is best (geo-mean vs the best baseline in `metrics`), not to the last registered.
+    Returns {policy: version} and the policy that got the alias."""
+    from pmoss.evaluate import best_policy
+
+    specs = [(p, Path(d)) if sep else (None, Path(p)) for p, sep, d in (m.partition("=") for m in models)]
+    if len(specs) > 1 and (metrics is None or any(p is None for p, _ in specs)):
+        raise RegistryError("several models: pass --metrics and name each as POLICY=MODEL_DIR, so the evaluation picks the candidate")
+    chosen = None
+    if metrics is not None and all(p is not None for p, _ in specs):
+        headline = read_metrics(metrics)
+        for p, _ in specs:
+            own_metrics(headline, p, metrics)  # every name is checked before anything is registered
+        chosen = best_policy(headline, [p for p, _ in specs])  # type: ignore[misc]
+    chosen = chosen or specs[0][0] or str(specs[0][1])  # one model: it gets the alias
+    versions = {}
+    for policy, model_dir in specs:
+        label = policy or str(model_dir)
+        versions[label] = register(model_dir, name, dataset, metrics, alias if label == chosen else None, policy)
+    return versions, chosen
 
 
 def fetch(uri: str) -> Path:
@@ -93,24 +147,29 @@ def fetch(uri: str) -> Path:
 
 @app.command("register")
 def register_command(
-    model_dir: Annotated[Path, typer.Argument(help="Model directory holding model.pt.")],
+    models: Annotated[list[str], typer.Argument(help="POLICY=MODEL_DIR (POLICY: its name in --metrics) or MODEL_DIR; several allowed.", show_default=False)],
     name: Annotated[str, typer.Option(help="Registered model name.")] = "pmoss-dt",
-    dataset: Annotated[Optional[Path], typer.Option(help="The tokenised dataset it was trained on (hashed into a tag).")] = None,
-    metrics: Annotated[Optional[Path], typer.Option(help="Evaluation metrics.json to attach.")] = None,
-    alias: Annotated[str, typer.Option(help="Alias to point at the new version.")] = "candidate",
-    receipt: Annotated[Optional[Path], typer.Option(help="Write {name, version, alias} JSON here (a DVC output).")] = None,
+    dataset: Annotated[Optional[Path], typer.Option(help="The tokenised dataset (default: the one each bundle was trained on).")] = None,
+    metrics: Annotated[Optional[Path], typer.Option(help="Evaluation metrics.json: each version is tagged with its policy's figures.")] = None,
+    alias: Annotated[str, typer.Option(help="Alias for the best-evaluated of the models (the only one, if one).")] = "candidate",
+    receipt: Annotated[Optional[Path], typer.Option(help="Write {name, version, alias, policy, versions} JSON here (a DVC output).")] = None,
 ) -> None:
-    """Register a trained model as a new version and move an alias (default `candidate`) to it."""
-    version = register(model_dir, name, dataset, metrics, alias)
+    """Register trained models as new versions; the alias (default `candidate`) goes to the one with
+    the best geometric mean vs the best baseline in --metrics."""
+    versions, chosen = register_models(models, name, metrics, alias, dataset)
     if receipt:
-        receipt.parent.mkdir(parents=True, exist_ok=True)
-        receipt.write_text(json.dumps({"name": name, "version": version, "alias": alias}) + "\n")
-    typer.echo(f"registered {name} version {version} (alias {alias})")
+        atomic_write_text(receipt, json.dumps({"name": name, "version": versions[chosen], "alias": alias, "policy": chosen, "versions": versions}) + "\n")
+    for label, v in versions.items():
+        typer.echo(f"registered {name} version {v} ({label}){f'  alias {alias}' if label == chosen else ''}")
 
 
 @app.command("list")
 def list_command(name: Annotated[str, typer.Option(help="Registered model name.")] = "pmoss-dt") -> None:
-    """List the versions of a registered model with their aliases."""
+    """The versions of a registered model as a table: aliases, the version's own evaluation
+    figures, the dataset it was trained on, when it was registered and the last gate decision."""
+    from rich.console import Console
+    from rich.table import Table
+
     mlflow = mlflow_client()
     client = mlflow.MlflowClient()
     versions = client.search_model_versions(f"name='{name}'")
@@ -119,10 +178,20 @@ def list_command(name: Annotated[str, typer.Option(help="Registered model name."
     aliases: dict[str, list[str]] = {}  # search results carry no aliases on a server: ask the model
     for alias, version in client.get_registered_model(name).aliases.items():
         aliases.setdefault(str(version), []).append(alias)
+    table = Table(title=f"{name} ({mlflow.get_tracking_uri()}); figures: geo-mean over the evaluation cells, source=sim")
+    for col in ("version", "aliases", "policy", "vs best baseline", "vs best one-core", "vs oracle", "cells >= best", "dataset", "registered (UTC)", "gate"):
+        table.add_column(col)
     for v in sorted(versions, key=lambda v: int(v.version)):
-        tags = client.get_model_version(name, v.version).tags
-        typer.echo(f"{name} v{v.version}  aliases={','.join(sorted(aliases.get(str(v.version), []))) or '-'}  commit={tags.get('git_commit', '?')[:10]}  "
-                   f"decision={tags.get('promotion_decision', '-')}  eval={tags.get('eval_metrics', '-')}")
+        table.add_row(*version_row(client.get_model_version(name, v.version), aliases.get(str(v.version), [])))
+    Console(width=200).print(table)
+
+
+def version_row(v: Any, aliases: list[str]) -> list[str]:
+    """One row of `registry list`: only this version's own figures (tags eval.*)."""
+    tags = v.tags
+    when = datetime.fromtimestamp(v.creation_timestamp / 1000, UTC).strftime("%Y-%m-%d %H:%M")
+    figures = [tags.get(f"{EVAL_TAG_PREFIX}{k}", "-") for k in ("vs_best", "vs_one_core", "vs_oracle", "cells_ge_best")]
+    return [str(v.version), ",".join(sorted(aliases)) or "-", tags.get("policy", "-"), *figures, tags.get("dataset", "-"), when, tags.get("promotion_decision", "-")]
 
 
 # ---- promotion gate ------------------------------------------------------------------------------

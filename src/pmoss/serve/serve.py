@@ -6,7 +6,9 @@ profile between snapshots) or a timer fires, inference runs in a background thre
 snapshot while queries keep flowing; its schedule is then enforced (validate -> migrate -> swap).
 The champion is re-read from `models:/NAME@champion` and reloaded when the alias moves; a model
 that fails to load or a schedule the runtime rejects leaves the current schedule in place, with
-the reason in the timeline. Ctrl-C stops cleanly and the timeline is always written.
+the reason in the timeline. When no version is champion (the gate found no model better than the
+best heuristic), the heuristic schedule (`--heuristic`) keeps serving and the timeline's
+`no_model` event says why (the gate's last refusal). Ctrl-C stops cleanly and the timeline is always written.
 
 Backends: `runtime` (this host's native runtime, real queries) and `sim` (a simulated machine;
 one round = `round_s` of simulated time).
@@ -41,7 +43,7 @@ TIMELINE_SCHEMA = pa.schema([
     ("throughput_qps", pa.float64()), ("schedule", pa.string()), ("detail", pa.string()),
 ])  # fmt: skip
 EVENTS = ("throughput", "snapshot", "inference_start", "inference_end", "migration_start", "migration_end",
-          "rejected", "model_loaded", "model_error", "phase")  # fmt: skip
+          "rejected", "model_loaded", "model_error", "no_model", "phase")  # fmt: skip
 
 
 @dataclass
@@ -170,6 +172,21 @@ def shift(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # ---- the champion -------------------------------------------------------------------------------
+DEFAULT_SLICES = 256  # without a model to take the slice count from
+
+
+def check_heuristic(kind: str) -> str:
+    from pmoss.contracts.policies import BASELINE_KINDS
+
+    if kind not in BASELINE_KINDS:
+        raise ContractError(f"--heuristic: '{kind}' is not a baseline kind ({', '.join(BASELINE_KINDS)})")
+    return kind
+
+
+class NoChampion(PmossError):
+    """No version holds the alias: no model has passed the gate, so the heuristic keeps serving."""
+
+
 class Champion:
     """The served model: a bundle path, or `models:/NAME@ALIAS` re-checked for alias moves."""
 
@@ -177,6 +194,7 @@ class Champion:
         self.uri, self.timeline = uri, timeline
         self.bundle: Bundle | None = None
         self.version: str | None = None
+        self.no_model: str | None = None  # why no model serves (no version holds the alias), said once
 
     def refresh(self) -> None:
         """Load when new; on any failure keep what we have and say why (retried next check)."""
@@ -184,8 +202,12 @@ class Champion:
             version, path = self._resolve()
             if version == self.version:
                 return
-            self.bundle, self.version = load_bundle(path), version
+            self.bundle, self.version, self.no_model = load_bundle(path), version, None
             self.timeline.add("model_loaded", uri=self.uri, version=version)
+        except NoChampion as e:
+            if str(e) != self.no_model:
+                self.no_model = str(e)
+                self.timeline.add("no_model", uri=self.uri, reason=str(e))
         except PmossError as e:
             self.timeline.add("model_error", uri=self.uri, reason=str(e))
         except Exception as e:  # noqa: BLE001 - an unreachable server raises many kinds; serving must go on
@@ -194,14 +216,38 @@ class Champion:
     def _resolve(self) -> tuple[str, Path]:
         if not self.uri.startswith("models:/"):
             return str(Path(self.uri).resolve()), Path(self.uri)
+        import mlflow
+
         from pmoss.learn.tracking import mlflow_client
         from pmoss.serve.registry import fetch
 
         name, _, alias = self.uri.removeprefix("models:/").partition("@")
-        version = str(mlflow_client().MlflowClient().get_model_version_by_alias(name, alias).version)
+        client = mlflow_client().MlflowClient()
+        try:
+            version = str(client.get_model_version_by_alias(name, alias).version)
+        except mlflow.exceptions.MlflowException as e:
+            if e.error_code != "INVALID_PARAMETER_VALUE":  # an unknown model or an unreachable server: an error
+                raise
+            raise NoChampion(no_champion_reason(client, name, alias)) from None
         if version == self.version:
             return version, Path()
         return version, fetch(f"models:/{name}/{version}")
+
+
+def no_champion_reason(client: Any, name: str, alias: str) -> str:
+    """Why no version holds `alias`: the gate's last refusal, or that nothing was promoted yet."""
+    import mlflow
+
+    try:
+        versions = client.search_model_versions(f"name='{name}'")
+    except mlflow.exceptions.MlflowException:
+        versions = []
+    refused = [v for v in versions if v.tags.get("promotion_decision") == "refused"]
+    if refused:
+        last = max(refused, key=lambda v: int(v.version))
+        return (f"no version of {name} is '{alias}': the gate refused every candidate (version {last.version}: "
+                f"{last.tags.get('promotion_reason', '?')})")  # fmt: skip
+    return f"no version of {name} is '{alias}' (none promoted yet: pmoss registry promote --eval ...)"
 
 
 # ---- the loop ------------------------------------------------------------------------------------
@@ -391,19 +437,23 @@ def serve_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for timeline.parquet, timeline.png and phases.json.")] = Path("serve"),
     compare: Annotated[bool, typer.Option(help="Afterwards, run every static baseline per phase and compare.")] = True,
     repeats: Annotated[int, typer.Option(min=1, help="With --compare: interleaved rounds per schedule and phase (median and min-max; >= 2 to tell a win from noise).")] = 3,
+    heuristic: Annotated[str, typer.Option(help="Schedule kind served until the model's first schedule, and throughout when no version is champion.")] = "os-default",
 ) -> None:
     """Serve a workload while the champion model proposes and enforces schedules."""
     plan = parse_phases(phases)
     if trigger not in ("shift", "timer"):
         raise ContractError(f"--trigger: '{trigger}' is not shift or timer")
+    check_heuristic(heuristic)
     timeline = Timeline()
     champion = Champion(model, timeline)
     champion.refresh()
-    if champion.bundle is None:
+    if champion.bundle is None and champion.no_model is None:
         raise ContractError(f"--model {model}: cannot load it ({json.loads(timeline.rows[-1]['detail'])['reason']})")
-    n = n_slices or champion.bundle.config.n_slices
+    if champion.bundle is None:  # do no harm: no model beat the heuristics, so the heuristic serves
+        typer.echo(f"serving the heuristic {heuristic}: {champion.no_model}")
+    n = n_slices or (champion.bundle.config.n_slices if champion.bundle else DEFAULT_SLICES)
     be = _backend(backend, machine, keys, dataset, n, timeline)
-    cfg = ServeConfig(plan, round_s=round_s, trigger=trigger, timer_s=timer_s)
+    cfg = ServeConfig(plan, round_s=round_s, trigger=trigger, timer_s=timer_s, initial_kind=heuristic)
     source = "sim" if backend == "sim" else "real"
     try:
         serve(be, champion, cfg, timeline)

@@ -22,9 +22,9 @@ from pmoss.contracts.snapshot import (
     CORE_FEATURES,
     OFFCORE_LINK,
     OFFCORE_NODE,
+    SIM_TIMESTAMP,
     SOFTWARE_FEATURES,
     episode_id,
-    now_utc,
 )
 from pmoss.contracts.workload import Workload, check_dataset, get_workload
 from pmoss.sim.hardware import HW, Calibration, hw_for
@@ -270,7 +270,7 @@ def _rows(inp: Inputs, schedules: list[Schedule], seeds: list[int], runs: list[i
     missing = unavailable_features(inp.machine)
     n = schedules[0].n_slices
     lo, hi = slice_bounds(inp.dataset, inp.n_records, n)
-    stamp, params = now_utc(), inp.workload.params_json()
+    stamp, params = SIM_TIMESTAMP, inp.workload.params_json()
     features = [f for f in CORE_FEATURES + SOFTWARE_FEATURES + OFFCORE_NODE + OFFCORE_LINK]
     rows = []
     for b, s in enumerate(schedules):

@@ -1,0 +1,60 @@
+"""`pmoss summary`: the one screen that ends `make demo` — the headline figures per policy, the
+registered version and its alias, where the plots are, and how to browse and compare runs.
+It reads only the pipeline's small outputs (eval/metrics.json, the register stage's receipt)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pmoss.contracts.errors import ContractError
+
+PLOTS = ("speedup.png", "schedules.png")
+
+
+def _read_json(path: Path, made_by: str) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ContractError(f"{path}: not found; run {made_by} first (e.g. dvc repro)") from None
+    except json.JSONDecodeError as e:
+        raise ContractError(f"{path}: not JSON ({e.msg} at line {e.lineno}); re-run {made_by}") from None
+
+
+def headline_table(metrics: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"learned policies vs the baselines, geo-mean over {metrics.get('n_cells', '?')} cells (source={metrics.get('source', '?')})")
+    for col in ("policy", "vs best baseline", "vs best one-core", "vs oracle", "cells >= best"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    from pmoss.evaluate import policy_figures
+
+    for policy, g in policy_figures(metrics).items():
+        cells = [f"{g[k]:.3f}" if k in g else "-" for k in ("vs_best", "vs_one_core", "vs_oracle")]
+        table.add_row(policy, *cells, f"{g.get('cells_ge_best', '-')} of {metrics.get('n_cells', '?')}")
+    return table
+
+
+def summary_command(
+    eval_dir: Annotated[Path, typer.Option("--eval", help="The evaluate stage's output directory.")] = Path("eval"),
+    tracking_uri: Annotated[str, typer.Option(envvar="MLFLOW_TRACKING_URI", help="Where the MLflow runs and registry live.")] = "sqlite:///mlflow/mlflow.db",
+) -> None:
+    """One screen after the pipeline: headline metrics, the registered candidate, plots, next commands."""
+    from rich.console import Console
+
+    metrics = _read_json(eval_dir / "metrics.json", "the evaluate stage")
+    receipt = _read_json(eval_dir / "registered.json", "the register stage")
+    console = Console()
+    say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
+    console.print(headline_table(metrics))
+    others = ", ".join(f"v{v} {p}" for p, v in receipt.get("versions", {}).items() if p != receipt.get("policy"))
+    say(f"registered: {receipt['name']} version {receipt['version']} ({receipt.get('policy', '?')}) alias [bold]{receipt['alias']}[/bold]"
+        f" (the best geo-mean vs the best baseline){f'; also {others}' if others else ''}")  # fmt: skip
+    plots = "  ".join(str(eval_dir / p) for p in PLOTS if (eval_dir / p).exists())
+    say(f"plots:      {plots or '-'}   (dvc plots show: speedup per cell, training loss)")
+    say("next:       pmoss registry list  |  pmoss registry promote --eval datasets/pools/eval-tiny.yaml")
+    say("compare:    dvc exp show --only-changed --drop '.*/.*'  |  dvc plots diff")
+    say(f"browse:     mlflow ui --backend-store-uri {tracking_uri}")
