@@ -365,7 +365,9 @@ def compare_phases(backend: Any, timeline: Timeline, cfg: ServeConfig, kinds: tu
         label = f"{i}:{phase.workload}"
         if label not in timeline.served:
             continue  # the phase never ran (Ctrl-C)
-        schedules = {"served": timeline.served[label], **{k: generate(k, backend.machine, backend.n_slices) for k in kinds}}  # type: ignore[arg-type]
+        load = _measured_load(backend, phase.workload, cfg.round_s) if "sn-hot" in kinds else None  # sn-hot widens what is measured hot
+        schedules = {"served": timeline.served[label],
+                     **{k: generate(k, backend.machine, backend.n_slices, load=load if k == "sn-hot" else None) for k in kinds}}  # type: ignore[arg-type]
         tp = interleaved({name: _round_under(backend, sched, phase.workload, cfg.round_s) for name, sched in schedules.items()}, repeats)
         spreads = {name: Spread.of(v) for name, v in tp.items()}
         best = max(kinds, key=lambda k: spreads[k].median)
@@ -375,6 +377,13 @@ def compare_phases(backend: Any, timeline: Timeline, cfg: ServeConfig, kinds: tu
                       "served_vs_best_max": ratio.hi, "verdict": verdict(ratio), "repeats": repeats,
                       "served_while_serving": _steady(timeline, label)}  # fmt: skip
     return out
+
+
+def _measured_load(backend: Any, workload: str, seconds: float) -> np.ndarray:
+    """Per-slice queries of one round under os-default (any worker runs any slice): the load a
+    person would measure before hand-widening hot slices."""
+    backend.enforce(generate("os-default", backend.machine, backend.n_slices))
+    return np.asarray(backend.round(workload, seconds, seed=9_999)["queries"], dtype=float)
 
 
 def _round_under(backend: Any, schedule: Schedule, workload: str, seconds: float) -> Any:
