@@ -24,7 +24,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +58,7 @@ class PostTrainConfig:
     steps: int = 100  # fine-tuning steps per round
     episodes_per_cell: int | None = None  # override the pool's (pool episodes per workload on the target)
     k: int = 8  # best-of-K samples per proposal
+    scorer: Literal["likelihood", "testbed"] = "likelihood"  # what ranks the K samples (see serve())
     observe_runs: int = 2  # observed episodes per served schedule per round
     eval_runs: int = 2  # evaluation seeds per schedule for the report
     val: float = 0.1
@@ -109,8 +110,13 @@ def snapshot(machine: Machine, pool: Pool, workload: str, running: Schedule, rnd
     return simulate(machine, workload, pool.datasets[0], running, seed=seed, n_records=pool.n_records, window_s=pool.window_s)
 
 
-def serve(bundle: Any, machine: Machine, pool: Pool, workload: str, row: dict[str, Any], rnd: int, k: int) -> Schedule:
-    """Best-of-k proposal ranked by the noise-free simulator on the target."""
+def serve(bundle: Any, machine: Machine, pool: Pool, workload: str, row: dict[str, Any], rnd: int, k: int,
+          scorer: str = "likelihood") -> tuple[Schedule, float]:
+    """Best-of-k proposal and the seconds it took, scoring included. scorer `likelihood`: the
+    model's own log-likelihood (what a real host can run); `testbed`: the simulated target's
+    noise-free throughput, i.e. k trial runs on the target — a research setting, never the product."""
+    import time
+
     from pmoss.learn.rollout import propose
     from pmoss.sim import throughput
 
@@ -118,8 +124,10 @@ def serve(bundle: Any, machine: Machine, pool: Pool, workload: str, row: dict[st
         return float(throughput(machine, workload, pool.datasets[0], [s], n_records=pool.n_records)[0])
 
     settings = {"target_factor": 2.0, **bundle.info.get("inference", {})}  # a bundle may carry its own target / cap
-    settings.update(mode="best-of-k", k=k, seed=rnd, score=score)
-    return propose(bundle, machine, row, **settings)
+    settings.update(mode="best-of-k", k=k, seed=rnd, score=score if scorer == "testbed" else None)
+    t = time.perf_counter()
+    served = propose(bundle, machine, row, **settings)
+    return served, time.perf_counter() - t
 
 
 def observe(machine: Machine, pool: Pool, workload: str, served: Schedule, rnd: int, runs: int) -> pa.Table:
@@ -196,7 +204,12 @@ def baselines(machine: Machine, workload: str, ecfg: Any) -> dict[str, float]:
     from pmoss.contracts.policies import generate
     from pmoss.evaluate import measure
 
-    return measure(machine, workload, {kind: generate(kind, machine, ecfg.n_slices) for kind in ecfg.baselines}, ecfg)  # type: ignore[arg-type]
+    from pmoss.contracts.workload import get_workload
+    from pmoss.sim.profile import insert_order, slice_profile
+
+    load = slice_profile(get_workload(workload), ecfg.n_records, ecfg.n_slices, insert_order(ecfg.dataset)).share  # sn-hot: the load it widens by
+    return measure(machine, workload, {kind: generate(kind, machine, ecfg.n_slices, load=load if kind == "sn-hot" else None)
+                                       for kind in ecfg.baselines}, ecfg)  # type: ignore[arg-type]
 
 
 def report_row(rnd: int, workload: str, model: Path, observed: pa.Table, added: int, eval_qps: float, base: dict[str, float]) -> dict[str, Any]:
@@ -254,12 +267,13 @@ def run_round(cfg: PostTrainConfig, tgt: Target, running: dict[str, Schedule], m
 
     bundle = load_bundle(model)
     for w in tgt.pool.workloads:
-        served = serve(bundle, tgt.machine, tgt.pool, w, snapshot(tgt.machine, tgt.pool, w, running[w], rnd), rnd, cfg.k)
+        served, propose_s = serve(bundle, tgt.machine, tgt.pool, w, snapshot(tgt.machine, tgt.pool, w, running[w], rnd), rnd, cfg.k, cfg.scorer)
         running[w] = served  # serving replaces the running schedule: the next round's snapshot is taken under it
         observed = observe(tgt.machine, tgt.pool, w, served, rnd, cfg.observe_runs)
         added = record(cfg.learned, observed)
         eval_qps = measure(tgt.machine, w, {"learned": served}, tgt.ecfg)["learned"]  # the baselines' seeds
-        report["rows"].append(report_row(rnd, w, model, observed, added, eval_qps, tgt.base[w]))
+        report["rows"].append({**report_row(rnd, w, model, observed, added, eval_qps, tgt.base[w]), "scorer": cfg.scorer, "k": cfg.k,
+                               "propose_s": propose_s})  # fmt: skip
         step(f"round {rnd}: served {w}")
     out = cfg.output / f"round-{rnd}"
     size = rebuild(cfg, tgt.pool, out / "dataset")
@@ -335,6 +349,7 @@ def post_train_command(
     steps: Annotated[Optional[int], typer.Option(help="Fine-tuning steps per round (default: params.yaml finetune.max_steps).")] = None,
     episodes_per_cell: Annotated[Optional[int], typer.Option(help="Override the pool's episodes per workload.")] = None,
     k: Annotated[int, typer.Option(help="Best-of-K samples per proposal.")] = 8,
+    scorer: Annotated[str, typer.Option(help="What ranks the K samples: likelihood (the model's own, runs on a real host) | testbed (K trial runs on the simulated target; research only).")] = "likelihood",
     observe_runs: Annotated[int, typer.Option(help="Observed episodes per served schedule per round.")] = 2,
     eval_runs: Annotated[int, typer.Option(help="Evaluation seeds per schedule in the report.")] = 2,
     register: Annotated[bool, typer.Option("--register", help="Register each round's model as candidate and run the promotion gate.")] = False,
@@ -344,8 +359,11 @@ def post_train_command(
     """Post-train on a simulated target: serve the model's schedules, record them, fine-tune, repeat."""
     from rich.console import Console
 
+    if scorer not in ("likelihood", "testbed"):
+        raise typer.BadParameter(f"'{scorer}' is not one of likelihood, testbed", param_hint="--scorer")
+
     cfg = PostTrainConfig(machine=machine, model=model, output=output, rounds=rounds, pool=pool, workloads=tuple(workloads or ()), learned=learned,
-                          train_config=config, steps=default_steps() if steps is None else steps, episodes_per_cell=episodes_per_cell, k=k,
+                          train_config=config, steps=default_steps() if steps is None else steps, episodes_per_cell=episodes_per_cell, k=k, scorer=scorer,
                           observe_runs=observe_runs, eval_runs=eval_runs, register=register, name=name)  # fmt: skip
     report = post_train(cfg, progress=not quiet)
     Console().print(table(report))
