@@ -51,7 +51,7 @@ def _bundle(tmp: Path, name: str, worse: bool = False) -> Path:
             model.head.group.weight[0, took] = 100.0
             model.head.group.weight[0, 2 + f] = 10.0  # width thread first, so slice 0 also lands on one thread
             model.head.score.weight[0, 0] = 1.0
-        info["inference"] = {"cap": N}
+        info["inference"] = {"cap": N, "load_cap": None}  # no inference mask rescues it
     stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * m, meta_std=[1.0] * m,
                   best_return={"intel-skx-4s|ycsb-c": 1e8}, n_slices=N)  # fmt: skip
     save_bundle(Bundle(cfg, stats, model.state_dict(), info), tmp / name / "model.pt")
@@ -133,7 +133,7 @@ def test_registry_list_is_a_table(tmp_path, store):
     from pmoss.cli import _mount_subcommands, app
 
     register(_bundle(tmp_path, "good"), "pmoss-dt", None, None)
-    _mount_subcommands()
+    _mount_subcommands(["registry"])
     out = CliRunner().invoke(app, ["registry", "list"], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
     header = next(line for line in out.output.splitlines() if "version" in line)
