@@ -2,6 +2,7 @@
 worse than the best heuristic, even with no champion, or worse than the champion), force, rollback, list."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,8 @@ def store(tmp_path, monkeypatch):
 def test_promotion_gate_end_to_end(tmp_path, store):
     import mlflow
 
-    client = mlflow.MlflowClient()
+    uri = os.environ["MLFLOW_TRACKING_URI"]  # not a global URI an earlier test set in this process
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     good, bad = _bundle(tmp_path, "good"), _bundle(tmp_path, "bad", worse=True)
     assert register(bad, "pmoss-dt", None, None) == 1
     accepted, why = promote("pmoss-dt", store)  # no champion yet: the heuristic alone must refuse it
@@ -112,7 +114,8 @@ def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path,
     a, b = _bundle(tmp_path, "base"), _bundle(tmp_path, "assistant")
     versions, chosen = register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics)
     assert versions == {"dt-base": 1, "dt-assistant": 2} and chosen == "dt-base"  # the evaluation picks, not the order
-    client = mlflow.MlflowClient()
+    uri = os.environ["MLFLOW_TRACKING_URI"]  # not a global URI an earlier test set in this process
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     assert str(client.get_model_version_by_alias("pmoss-dt", "candidate").version) == "1"
     tags = client.get_model_version("pmoss-dt", "2").tags
     assert tags["policy"] == "dt-assistant" and tags["eval.vs_best"] == "0.9"
