@@ -48,7 +48,7 @@ def test_dvc_repro_tiny(tmp_path):
     metrics = json.loads((tmp_path / "eval/metrics.json").read_text())
     assert metrics["source"] == "sim" and metrics["n_cells"] == 4
     per = {k: v for k, v in metrics.items() if isinstance(v, dict)}
-    assert set(per) == {"dt-base", "dt-assistant", "bc", "cql"} and set(metrics) == set(per) | {"source", "n_cells"}
+    assert set(per) == {"dt-base", "dt-assistant", "bc", "cql", "mask-only"} and set(metrics) == set(per) | {"source", "n_cells"}
     assert all(g["vs_best"] > 0 and g["vs_oracle"] > 0 and set(g) == {"vs_best", "vs_one_core", "vs_oracle", "cells_ge_best"} for g in per.values())
     assert len(json.loads((tmp_path / "eval/cells-detail.json").read_text())["cells"]) == 4
     assert (tmp_path / "eval/speedup.png").stat().st_size > 1000

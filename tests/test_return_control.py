@@ -53,7 +53,8 @@ def test_shuffled_return_control_does_not_beat_the_real_model(tmp_path, monkeypa
     assert control.info["shuffled_returns"] == 0 and real.info["shuffled_returns"] is None
 
     ev = EvalConfig(machines=MACHINES, workloads=WORKLOADS, n_slices=N_SLICES, runs=2)
-    samples = sample_cells(ev, {"real": real, "control": control}, k=16, temperature=TEMPERATURE)
+    # No load cap (an inference mask): it makes every draw balanced, so the policies' own choices are compared.
+    samples = sample_cells(ev, {"real": real, "control": control}, k=16, temperature=TEMPERATURE, load_cap=None)
     beaten, msg = beats(samples, "control", "real")
     print(msg)
     assert not beaten, f"the shuffled-return control beats the real model: {msg}"
@@ -61,7 +62,7 @@ def test_shuffled_return_control_does_not_beat_the_real_model(tmp_path, monkeypa
     # Positive control: the criterion has the power to notice a better policy. The worse one is the
     # real model sampled hot without the slices-per-core cap, so slices pile up on some cores as in
     # sn-random (with the cap, N <= workers forces one slice per core and every draw is similar).
-    hot = sample_cells(ev, {"real-hot": real}, k=16, temperature=2.0, cap=N_SLICES)
+    hot = sample_cells(ev, {"real-hot": real}, k=16, temperature=2.0, cap=N_SLICES, load_cap=None)
     for cell in samples:
         samples[cell]["real-hot"] = hot[cell]["real-hot"]
     fired, msg = beats(samples, "control", "real-hot")

@@ -141,11 +141,12 @@ def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = Tr
 
 
 def sample_cells(cfg: EvalConfig, bundles: dict[str, Any], k: int = 16, temperature: float = 1.0, seed: int = 0,
-                 cap: int | None = None) -> dict[str, dict[str, list[float]]]:  # fmt: skip
+                 cap: int | None = None, load_cap: float | None | str = "default") -> dict[str, dict[str, list[float]]]:  # fmt: skip
     """Throughput of `k` schedules sampled from each bundle's policy in every cell: the same snapshot,
     target and evaluation seeds as `evaluate_cells`, so a policy is judged on k draws instead of on
     its one greedy schedule (whose rank against another model's is close to a coin flip when the
-    two policies are similar). `cap` overrides the slices-per-core cap (default: as in propose)."""
+    two policies are similar). `cap` overrides the slices-per-core cap (default: as in propose);
+    `load_cap` the load cap (None: off, to compare what the policies themselves choose)."""
     from pmoss.learn.rollout import rollout
     from pmoss.sim import load_sim_machine
 
@@ -158,7 +159,8 @@ def sample_cells(cfg: EvalConfig, bundles: dict[str, Any], k: int = 16, temperat
             for name, bundle in bundles.items():
                 settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}
                 groups, _ = rollout(bundle, machine, snapshot, target_factor=settings["target_factor"], batch=k, temperature=temperature,
-                                    cap=cap or settings.get("cap"), seed=seed)  # fmt: skip
+                                    cap=cap or settings.get("cap"), seed=seed,
+                                    **({} if load_cap == "default" else {"load_cap": load_cap}))  # fmt: skip
                 for i, g in enumerate(groups):
                     schedules[f"{name}#{i}"] = Schedule.from_groups(machine, g, model=name, mode="sample", seed=seed).validate_for(machine)
             tp = measure(machine, w, schedules, cfg)
