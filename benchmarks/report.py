@@ -32,6 +32,8 @@ def table() -> str:
     lines = ["| name | metric | value | baseline (same run) | ratio | target met | date | command |", "|---|---|---|---|---|---|---|---|"]
     for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
         r = json.loads(path.read_text())
+        if "name" not in r:
+            continue  # a table, not a one-figure record (e.g. groups_grid_*.json: docs/benchmarks-groups.md)
         met = {True: "yes", False: "**no**"}.get(r.get("meets_target"), "–")
         lines.append(f"| {r['name']} | {r['metric']} | {fmt(r['value'])} {r['unit']} | {r['baseline']}: {fmt(r['baseline_value'])} | {ratio(r)} | {met} | {r['date'][:10]} | `{r['command']}` |")
     return "\n".join(lines)
