@@ -437,7 +437,8 @@ def serve_command(
     backend: Annotated[str, typer.Option(help="runtime (this host's native runtime) or sim.")] = "runtime",
     machine: Annotated[Optional[str], typer.Option(help="sim: a simulated machine name; runtime: a descriptor file (default: this host's sysfs).")] = None,
     phases: Annotated[str, typer.Option(help="WORKLOAD:SECONDS,... run in order (the dynamic scenario).")] = "ycsb-c:10,scan:10,ycsb-a:10",
-    keys: Annotated[int, typer.Option(help="Keys loaded into the index.")] = 1_000_000,
+    keys: Annotated[Optional[int], typer.Option(help="Keys loaded into the index (default: runtime 1,000,000, what this host holds; "
+                                                 "sim 10,000,000, the pools' n_records the models are trained on).")] = None,
     dataset: Annotated[str, typer.Option(help="Key distribution of the loaded keys.")] = "dense",
     n_slices: Annotated[Optional[int], typer.Option(help="Slices (default: the model's).")] = None,
     round_s: Annotated[float, typer.Option(help="Seconds per round (one snapshot each).")] = 1.0,
@@ -500,7 +501,13 @@ def _spread_args(d: dict[str, Any]) -> dict[str, Any]:
     return {"median": d["median"], "lo": d["min"], "hi": d["max"], "n": d["n"]}
 
 
-def _backend(kind: str, machine: str | None, keys: int, dataset: str, n: int, timeline: Timeline) -> Any:
+SIM_KEYS, RUNTIME_KEYS = 10_000_000, 1_000_000  # --keys defaults per backend (see serve_command)
+
+
+def _backend(kind: str, machine: str | None, keys: int | None, dataset: str, n: int, timeline: Timeline) -> Any:
+    if keys is not None and keys <= 0:
+        raise typer.BadParameter(f"{keys}: must be positive", param_hint="--keys")
+    keys = keys or (SIM_KEYS if kind == "sim" else RUNTIME_KEYS)
     if kind == "sim":
         from pmoss.sim import load_sim_machine
 
