@@ -29,18 +29,23 @@ def _copy_repo(dst: Path) -> None:
         shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache"))
 
 
+def _tiny_pipeline(tmp_path: Path, episodes: int, n_slices: int, pretrain_steps: int) -> dict[str, str]:
+    """The repository's pipeline in `tmp_path` with tiny params; returns the environment to run it in."""
+    _copy_repo(tmp_path)
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    params["offline"].update(episodes_per_cell=episodes, n_slices=n_slices)
+    params["pretrain"]["max_steps"] = pretrain_steps
+    params["finetune"].update(episodes_per_cell=episodes // 2, max_steps=10)
+    params["baselines"]["max_steps"] = 10
+    params["evaluate"]["n_slices"] = n_slices
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow/mlflow.db", "DVC_NO_ANALYTICS": "1"}
+
+
 @pytest.mark.slow
 @pytest.mark.ci
 def test_dvc_repro_tiny(tmp_path):
-    _copy_repo(tmp_path)
-    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
-    params["offline"].update(episodes_per_cell=24, n_slices=32)
-    params["pretrain"]["max_steps"] = 20
-    params["finetune"].update(episodes_per_cell=12, max_steps=10)
-    params["baselines"]["max_steps"] = 10
-    params["evaluate"]["n_slices"] = 32
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow/mlflow.db", "DVC_NO_ANALYTICS": "1"}
+    env = _tiny_pipeline(tmp_path, episodes=24, n_slices=32, pretrain_steps=20)
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     run = lambda *a: subprocess.run([str(BIN / "dvc"), *a], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)  # noqa: E731
     r = run("repro")
@@ -74,16 +79,8 @@ def test_dvc_repro_tiny(tmp_path):
 def test_dvc_experiments_compare_readably(tmp_path):
     """Two `dvc exp run -S ...` on the tiny pipeline: `dvc exp show` compares them in a few columns
     holding the headline names, and the data-driven plots render for both experiments."""
-    _copy_repo(tmp_path)
-    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
-    params["offline"].update(episodes_per_cell=12, n_slices=16)
-    params["pretrain"]["max_steps"] = 10
-    params["finetune"].update(episodes_per_cell=6, max_steps=10)
-    params["baselines"]["max_steps"] = 10
-    params["evaluate"]["n_slices"] = 16
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow/mlflow.db", "DVC_NO_ANALYTICS": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    env = _tiny_pipeline(tmp_path, episodes=12, n_slices=16, pretrain_steps=10)
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
     (tmp_path / ".gitignore").write_text("mlflow/\n")
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "tiny"]):
         subprocess.run(cmd, cwd=tmp_path, env=env, check=True)

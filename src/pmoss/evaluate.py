@@ -21,9 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.groups import groups_of
-from pmoss.contracts.io import atomic_write_text, load_model_with_flags
+from pmoss.contracts.io import atomic_write_text, load_model_with_flags, require_known
 from pmoss.contracts.policies import BASELINE_KINDS, generate
-from pmoss.contracts.errors import ContractError
 from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule, slices_for
 from pmoss.contracts.workload import DATASETS, WORKLOADS, get_workload
 
@@ -62,24 +61,19 @@ class EvalConfig(BaseModel):
     @field_validator("workloads")
     @classmethod
     def _known_workloads(cls, names: list[str]) -> list[str]:
-        unknown = [n for n in names if n not in WORKLOADS]
-        if unknown:
-            raise ValueError(f"unknown workload '{unknown[0]}' (known: {', '.join(WORKLOADS)})")
+        require_known(names, WORKLOADS, "workload")
         return names
 
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, name: str) -> str:
-        if name not in DATASETS:
-            raise ValueError(f"unknown dataset '{name}' (known: {', '.join(DATASETS)})")
+        require_known([name], DATASETS, "dataset")
         return name
 
     @field_validator("baselines")
     @classmethod
     def _known_baselines(cls, kinds: list[str]) -> list[str]:
-        unknown = [k for k in kinds if k not in BASELINE_KINDS]
-        if unknown:
-            raise ValueError(f"unknown schedule kind '{unknown[0]}' (baselines: {', '.join(BASELINE_KINDS)})")
+        require_known(kinds, BASELINE_KINDS, "schedule kind")
         return kinds
 
 

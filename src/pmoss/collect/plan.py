@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from pmoss.contracts.io import load_model_with_flags
+from pmoss.contracts.io import load_model_with_flags, require_known
 from pmoss.contracts.policies import PAPER_MIX
 from pmoss.contracts.schedule import ONE_CORE_KINDS, SHARED_KINDS
 from pmoss.contracts.workload import DATASETS, WORKLOADS
@@ -56,17 +56,13 @@ class Pool(BaseModel):
     @field_validator("workloads")
     @classmethod
     def _known_workloads(cls, v: list[str]) -> list[str]:
-        bad = [w for w in v if w not in WORKLOADS]
-        if bad:
-            raise ValueError(f"unknown workload '{bad[0]}' (known: {', '.join(WORKLOADS)})")
+        require_known(v, WORKLOADS, "workload")
         return v
 
     @field_validator("datasets")
     @classmethod
     def _known_datasets(cls, v: list[str]) -> list[str]:
-        bad = [d for d in v if d not in DATASETS]
-        if bad:
-            raise ValueError(f"unknown dataset '{bad[0]}' (known: {', '.join(DATASETS)})")
+        require_known(v, DATASETS, "dataset")
         return v
 
     @model_validator(mode="after")

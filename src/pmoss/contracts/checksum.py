@@ -96,8 +96,9 @@ def verify_table(table: Any, path: Path) -> None:
         raise ChecksumError(f"{path}: content checksum mismatch, the file is corrupt; restore or rebuild it")
 
 
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)

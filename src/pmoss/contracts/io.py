@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import pydantic
@@ -83,6 +84,14 @@ def load_model_with_flags(cls: type[M], path: Path, flags: dict[str, Any]) -> M:
         if field is None:
             raise
         raise ContractError(f"--{field.replace('_', '-')} {given[field]}: {str(e).split(f': field {field!r}: ', 1)[-1]}") from None
+
+
+def require_known(values: Iterable[str], known: Iterable[str], what: str) -> None:
+    """For field validators: a ValueError naming the first of `values` not in `known`."""
+    known = list(known)
+    unknown = [v for v in values if v not in known]
+    if unknown:
+        raise ValueError(f"unknown {what} '{unknown[0]}' (known: {', '.join(known)})")
 
 
 def validate_model(cls: type[M], data: Any, source: str) -> M:

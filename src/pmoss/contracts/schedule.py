@@ -38,6 +38,9 @@ OS_PLACED_KINDS = ("os-default", "os-interleave")  # data placement left to the 
 SHORT_NAMES = {"os-default": "OS:D", "os-interleave": "OS:I", "se-numa": "SE:N", "sn-numa": "SN:N"}
 
 
+# The inference load cap (beyond the paper's k-per-core cap): no worker above this many times its fair
+# share of the measured queries; the rollout enforces it and the oracle draws starts under it.
+LOAD_CAP = 1.25
 SLICES_PER_WORKER = 2.0  # the default scale of N with the machine (docs/contracts.md, "How many slices")
 
 

@@ -20,15 +20,12 @@ import numpy as np
 import torch
 
 from pmoss.contracts.machine import Machine
-from pmoss.contracts.schedule import Schedule
+from pmoss.contracts.schedule import LOAD_CAP, Schedule
 from pmoss.data.state import RunningState, as_tensors, machine_arrays
 from pmoss.data.tokens import encode_snapshot
 from pmoss.learn.bundle import Bundle
 
 Mode = Literal["greedy", "sample", "best-of-k"]
-# Inference-only load cap (beyond the paper's slice cap): no worker above 1.25x its fair share of the
-# snapshot's queries, so a slice hotter than that can only go to a group wide enough to carry it.
-LOAD_CAP = 1.25
 
 
 def snapshot_inputs(bundle: Bundle, machine: Machine, row: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:

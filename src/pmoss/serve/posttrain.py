@@ -205,9 +205,9 @@ def baselines(machine: Machine, workload: str, ecfg: Any) -> dict[str, float]:
     from pmoss.evaluate import measure
 
     from pmoss.contracts.workload import get_workload
-    from pmoss.sim.profile import insert_order, slice_profile
+    from pmoss.sim.profile import load_share
 
-    load = slice_profile(get_workload(workload), ecfg.n_records, ecfg.n_slices, insert_order(ecfg.dataset)).share  # sn-hot: the load it widens by
+    load = load_share(get_workload(workload), ecfg.n_records, ecfg.n_slices, ecfg.dataset)  # sn-hot: the load it widens by
     return measure(machine, workload, {kind: generate(kind, machine, ecfg.n_slices, load=load if kind == "sn-hot" else None)
                                        for kind in ecfg.baselines}, ecfg)  # type: ignore[arg-type]
 

@@ -10,7 +10,6 @@ to the best-evaluated one. Works against the sqlite store under
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict
@@ -20,6 +19,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from pmoss.contracts.checksum import file_digest
 from pmoss.contracts.errors import PmossError, brief
 from pmoss.contracts.io import atomic_write_text
 from pmoss.learn.bundle import BUNDLE_FILE, load_bundle
@@ -31,14 +31,6 @@ app = typer.Typer(help="Register and list model versions (MLflow registry).", no
 
 class RegistryError(PmossError):
     pass
-
-
-def file_md5(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")  # logged as models-from-code (no pickled object)
@@ -76,14 +68,14 @@ def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | N
     if dataset is not None:
         tags["dataset"] = str(dataset)
         if (Path(dataset) / "tokens.parquet").is_file():
-            tags["dataset_md5"] = file_md5(Path(dataset) / "tokens.parquet")
+            tags["dataset_md5"] = file_digest(Path(dataset) / "tokens.parquet", "md5")
     own: dict[str, float] = {}
     if metrics is not None and policy is not None:
         own = own_metrics(read_metrics(metrics), policy, metrics)
         tags["policy"] = policy
         tags.update({f"{EVAL_TAG_PREFIX}{k}": f"{v:.4g}" for k, v in own.items()})
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a progress bar per registration drowns the demo's log
-    with mlflow.start_run(experiment_id=ensure_experiment("pmoss-registry"), run_name=f"register-{name}") as run:
+    with mlflow.start_run(experiment_id=ensure_experiment("pmoss-registry"), run_name=f"register-{name}"):
         mlflow.set_tags(tags)
         mlflow.log_dict(asdict(bundle.stats), "normalisation_stats.json")
         if own:

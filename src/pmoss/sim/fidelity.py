@@ -20,7 +20,7 @@ from pmoss.contracts.workload import PAPER_WORKLOADS, get_workload
 from pmoss.sim.episode import throughput
 from pmoss.sim.oracle import oracle
 from pmoss.sim.pool import PAPER_MACHINES, load_sim_machine
-from pmoss.sim.profile import insert_order, slice_profile
+from pmoss.sim.profile import load_share
 
 MAX_SPREAD = 6.5  # best/worst baseline; the paper's largest gap was 5.91x ("about 6x")
 
@@ -30,7 +30,7 @@ def fidelity_row(machine: str, workload: str, *, dataset: str = "dense", n_slice
     """Throughput (queries/s) of every baseline kind and the oracle (execution groups; with
     `one_core_oracle` also the one-core oracle) on one machine and workload."""
     m = load_sim_machine(machine)
-    load = slice_profile(get_workload(workload), n_records, n_slices, insert_order(dataset)).share  # sn-hot: the workload's load
+    load = load_share(get_workload(workload), n_records, n_slices, dataset)  # sn-hot: the workload's load
     scheds = [generate(k, m, n_slices, 0, load=load if k == "sn-hot" else None) for k in BASELINE_KINDS]
     xs = throughput(m, workload, dataset, scheds, n_records=n_records)
     row = {"machine": m.name, "workload": workload, "dataset": dataset, "n_slices": n_slices, "source": "sim"}

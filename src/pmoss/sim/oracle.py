@@ -25,12 +25,12 @@ import numpy as np
 from pmoss.contracts.groups import groups_of
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.policies import generate
-from pmoss.contracts.schedule import Kind, Schedule
+from pmoss.contracts.schedule import LOAD_CAP, Kind, Schedule
 from pmoss.contracts.workload import Workload
 from pmoss.sim.episode import Inputs, SimInputError, model_run, resolve
 from pmoss.sim.hardware import HW, hw_for
 from pmoss.sim.placement import from_groups
-from pmoss.sim.profile import insert_order, slice_profile
+from pmoss.sim.profile import load_share
 
 Space = Literal["group", "one-core"]
 ONE_CORE_SEEDS = ("sn-grouped", "sn-spread", "sn-mixed", "sn-random")
@@ -40,7 +40,6 @@ RANDOM_SHARE = 0.25  # share of the budget spent on extra random starts (cheap, 
 PROPOSALS = 32  # neighbours scored per round (one model call)
 T_START, T_END = 0.02, 0.0005  # annealing temperature, as a fraction of the current throughput
 CAPPED_STARTS = 32  # group space: random starts drawn under a load cap (see _capped)
-LOAD_CAP = 1.25  # the rollout's load cap (learn/rollout.py LOAD_CAP): busiest worker vs its fair share
 BUDGET_BASE, BUDGET_PER_WORKER = 2000, 10  # default evaluations: 2,000 on the demo machines, ~5,000 at 300 threads
 
 
@@ -66,13 +65,14 @@ def trajectory(machine: Machine | str, workload: Workload | str, dataset: str, n
     budgets = sorted(budgets or [budget_for(inp.machine)])
     hw = hw_for(inp.machine)
     rng = np.random.default_rng(seed)
-    starts = _starts(inp, hw, n_slices, space, seed)
+    load = load_share(inp.workload, inp.n_records, n_slices, inp.dataset)  # [N], sums to 1
+    starts = _starts(inp, n_slices, space, load)
     if budgets[0] < len(starts):
         raise SimInputError(f"budget: needs at least {len(starts)} evaluations (the seed schedules), got {budgets[0]}")
     n_random = min(int(RANDOM_SHARE * budgets[-1]), max(0, budgets[0] - len(starts)))
     rng0 = np.random.default_rng([seed, 1])
     n_capped = min(CAPPED_STARTS, n_random // 2) if space == "group" else 0
-    cand = np.concatenate([starts, _random(hw, n_slices, n_random - n_capped, space, rng0), _capped(hw, inp, n_slices, n_capped, rng0)])
+    cand = np.concatenate([starts, _random(hw, n_slices, n_random - n_capped, space, rng0), _capped(hw, load, n_capped, rng0)])
     xs, utils = _score(inp, cand)
     i = int(xs.argmax())
     best, best_x, used = cand[i].copy(), float(xs[i]), len(cand)
@@ -108,10 +108,9 @@ def _score(inp: Inputs, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sol.X, sol.thread_util
 
 
-def _starts(inp: Inputs, hw: HW, n_slices: int, space: Space, seed: int) -> np.ndarray:
+def _starts(inp: Inputs, n_slices: int, space: Space, load: np.ndarray) -> np.ndarray:
     """The baselines of the space (a few generator seeds per kind) as group indices [S, N]."""
     kinds = GROUP_SEEDS if space == "group" else ONE_CORE_SEEDS
-    load = slice_profile(inp.workload, inp.n_records, n_slices, insert_order(inp.dataset)).share
     scheds = [generate(k, inp.machine, n_slices, s, load=load if k == "sn-hot" else None) for k in kinds for s in range(SEED_VARIANTS)]
     return np.stack([s.group_index(inp.machine) for s in scheds])
 
@@ -124,14 +123,15 @@ def _random(hw: HW, n_slices: int, n: int, space: Space, rng: np.random.Generato
     return g.of_worker[width, w]
 
 
-def _capped(hw: HW, inp: Inputs, n_slices: int, n: int, rng: np.random.Generator) -> np.ndarray:
+def _capped(hw: HW, share: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """Random group schedules under a load cap (as the model's rollout is): each slice in turn to a
     random group whose busiest member stays under LOAD_CAP x its fair share of the workload's load,
     else to one of the groups that end least loaded. Good starts the random ones rarely are."""
+    n_slices = share.size
     if n == 0:
         return np.zeros((0, n_slices), dtype=np.int64)
     g = groups_of(hw.machine)
-    load = slice_profile(inp.workload, inp.n_records, n_slices, insert_order(inp.dataset)).share * hw.n_workers  # [N] in fair shares
+    load = share * hw.n_workers  # [N] in fair shares
     per = g.member / g.size[:, None]  # [G, W] a slice's share on each member
     wload = np.zeros((n, hw.n_workers))
     out = np.zeros((n, n_slices), dtype=np.int64)

@@ -252,3 +252,9 @@ def _key_function(dataset: str, n: int):
     per = -(-n // CLUSTERS)
     bases = np.sort(np.random.default_rng(0).integers(0, 2**63, size=CLUSTERS, dtype=np.uint64)) * np.uint64(2)
     return lambda i: int(bases[i // per]) + i % per
+
+
+def load_share(workload: Workload, n_records: int, n_slices: int, dataset: str) -> np.ndarray:
+    """Each slice's share of the workload's queries [N]: the load `sn-hot` widens by when the
+    simulator, not a snapshot, is the source."""
+    return slice_profile(workload, n_records, n_slices, insert_order(dataset)).share
