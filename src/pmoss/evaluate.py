@@ -23,7 +23,7 @@ from pmoss.contracts.errors import ContractError
 from pmoss.contracts.groups import groups_of
 from pmoss.contracts.io import atomic_write_text, load_model_with_flags, require_known
 from pmoss.contracts.policies import BASELINE_KINDS, generate
-from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule, slices_for
+from pmoss.contracts.schedule import LOAD_CAP, ONE_CORE_KINDS, Schedule, slices_for
 from pmoss.contracts.workload import DATASETS, WORKLOADS, get_workload
 
 MASK_CONTROL = "mask-only"  # an untrained network under the same inference masks: what the masks alone reach
@@ -135,7 +135,7 @@ def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = Tr
 
 
 def sample_cells(cfg: EvalConfig, bundles: dict[str, Any], k: int = 16, temperature: float = 1.0, seed: int = 0,
-                 cap: int | None = None, load_cap: float | None | str = "default") -> dict[str, dict[str, list[float]]]:  # fmt: skip
+                 cap: int | None = None, load_cap: float | None = LOAD_CAP) -> dict[str, dict[str, list[float]]]:  # fmt: skip
     """Throughput of `k` schedules sampled from each bundle's policy in every cell: the same snapshot,
     target and evaluation seeds as `evaluate_cells`, so a policy is judged on k draws instead of on
     its one greedy schedule (whose rank against another model's is close to a coin flip when the
@@ -153,8 +153,7 @@ def sample_cells(cfg: EvalConfig, bundles: dict[str, Any], k: int = 16, temperat
             for name, bundle in bundles.items():
                 settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}
                 groups, _ = rollout(bundle, machine, snapshot, target_factor=settings["target_factor"], batch=k, temperature=temperature,
-                                    cap=cap or settings.get("cap"), seed=seed,
-                                    **({} if load_cap == "default" else {"load_cap": load_cap}))  # fmt: skip
+                                    cap=cap or settings.get("cap"), load_cap=load_cap, seed=seed)  # fmt: skip
                 for i, g in enumerate(groups):
                     schedules[f"{name}#{i}"] = Schedule.from_groups(machine, g, model=name, mode="sample", seed=seed).validate_for(machine)
             tp = measure(machine, w, schedules, cfg)
