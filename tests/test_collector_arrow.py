@@ -141,3 +141,17 @@ def test_discover_uncore_fake_trees(lib, tmp_path: Path) -> None:
 def test_nan_is_not_a_value(lib) -> None:
     oc = collector.offcore_batch(lib, {"imc_read_bytes": [math.nan]}, n_nodes=1, n_links=0)
     assert oc.column("imc_read_bytes").to_pylist() == [None]
+
+
+def test_estimated_totals_from_sampled_windows() -> None:
+    """A counter covers only its slice's profiled queries: the total is scaled by queries /
+    profiled_queries; a slice with queries but no window is not measured (null), one with no
+    queries counts 0; the runtime's own counts are never scaled."""
+    from pmoss.collect.collector import _estimated_totals
+
+    cols = {"slice": [0, 1, 2], "core": [0, 0, 0], "node": [0, 0, 0], "queries": [100, 50, 0], "nodes_visited": [300.0, 150.0, 0.0],
+            "keys_scanned": [0.0, 0.0, 0.0], "profiled_queries": [10.0, 0.0, 0.0], "task_clock_ns": [2000.0, 0.0, 0.0]}
+    out = _estimated_totals(cols)
+    assert out["task_clock_ns"] == [20000.0, None, 0.0]
+    assert out["nodes_visited"] == cols["nodes_visited"] and out["queries"] == cols["queries"]
+    assert _estimated_totals({"queries": [1], "task_clock_ns": [5.0]})["task_clock_ns"] == [5.0]  # no sampling stat: as counted

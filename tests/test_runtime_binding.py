@@ -45,7 +45,7 @@ def test_run_counts_add_up(rt: rtmod.Runtime, workload: str) -> None:
     assert sum(out["slice_queries"]) == out["completed"]
     assert out["throughput"] > 0
     snap = out["stats"]  # no probe, no off-core hook: own counts only, no off-core rows
-    assert snap.slices.schema.names == ["slice", "core", "node", "queries", "nodes_visited", "keys_scanned"]
+    assert snap.slices.schema.names == ["slice", "core", "node", "queries", "nodes_visited", "keys_scanned", "profiled_queries"]
     assert snap.offcore.num_rows == 0 and snap.offcore_error == ""
 
 
@@ -163,7 +163,7 @@ def test_collector_probe_hardware_only(perf_events) -> None:
 def test_batches_and_probe_reads(perf_events) -> None:
     """Per-slice batches: a run of B batches costs B + 1 probe reads; without a probe, no reads."""
     try:
-        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="software", batch_queries=50, batch_max_wait_us=20_000)
+        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="software", batch_queries=50, batch_max_wait_us=20_000, probe_period_us=0)
     except rtmod.NativeRuntimeError as exc:
         pytest.skip(f"collector not linked into libpmoss: {exc}")
     out = rt.run("ycsb-c", 0.2)
@@ -178,6 +178,28 @@ def test_batches_and_probe_reads(perf_events) -> None:
     assert held["probe_reads"] == 0 and held["completed"] == held["dispatched"]
     with pytest.raises(rtmod.NativeRuntimeError, match="batch_max_wait_us"):
         rtmod.Runtime(n_keys=100, n_slices=2, batch_max_wait_us=-1)
+
+
+def test_sampled_probe_estimates(perf_events) -> None:
+    """The default probe period samples windows: fewer readings than batches, every busy slice
+    profiled at least once, and the snapshot's totals are the windows' counts scaled by
+    queries / profiled_queries (collector.episode_columns)."""
+    from pmoss.collect.collector import episode_columns
+
+    try:
+        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="software")
+    except rtmod.NativeRuntimeError as exc:
+        pytest.skip(f"collector not linked into libpmoss: {exc}")
+    out = rt.run("ycsb-c", 0.2)
+    st = out["stats"].slices.to_pydict()
+    busy = [i for i, q in enumerate(st["queries"]) if q > 0]
+    assert busy and all(0 < st["profiled_queries"][i] <= st["queries"][i] for i in busy)
+    assert 0 < out["probe_reads"] < out["batches"]
+    cols = episode_columns(out["stats"].slices)
+    for i in busy:
+        assert cols["task_clock_ns"][i] == pytest.approx(st["task_clock_ns"][i] * st["queries"][i] / st["profiled_queries"][i])
+    with pytest.raises(rtmod.NativeRuntimeError, match="probe_period_us"):
+        rtmod.Runtime(n_keys=100, n_slices=2, probe_period_us=-1)
 
 
 def test_batch_wait_default_matches_header() -> None:

@@ -40,7 +40,10 @@ static const char usage[] =
     "  --batch B              probe granularity: queries per slice batch (default 100)\n"
     "  --batch-max-wait US    deadline: a partial batch runs once its oldest query waited US\n"
     "                         microseconds, or as soon as the queue is empty (0: never\n                         wait; default " PM_STR(PM_BATCH_MAX_WAIT_US_DEFAULT) " with\n"
-    "                         --probe, 0 without)\n"
+    "                         --probe-period-us 0, else 0)\n"
+    "  --probe-period-us US   sampled attribution: a slice's first batch, then at most\n"
+    "                         one per US microseconds, runs between probe readings\n"
+    "                         (default " PM_STR(PM_PROBE_PERIOD_US_DEFAULT) "; 0: every batch, exact totals)\n"
     "schedule:\n"
     "  --schedule FILE        schedule JSON (docs/contracts.md, schema version 1 or 2:\n"
     "                         per slice a node and an execution group, width thread,\n"
@@ -62,7 +65,7 @@ static const char usage[] =
     "  --offered-qps R        open loop: routers send R queries/s in all (default 0:\n"
     "                         closed loop, every queue kept full)\n"
     "probe (when built with the collector):\n"
-    "  --probe auto|software|hardware  read per-slice counters every --batch queries\n"
+    "  --probe auto|software|hardware  read per-slice counters (sampled: --probe-period-us)\n"
     "  --probe hardware-only  hardware counters and no software events: task-clock\n"
     "                         from the counters' enabled time, page faults and\n"
     "                         context switches null; no system call per reading\n"
@@ -161,7 +164,7 @@ static int load_and_set(pm_runtime *rt, const char *path, const char *when)
 
 enum {
     O_KEYS = 256, O_DATASET, O_SEED, O_SLICES, O_EQW, O_LEAF, O_ROUTERS, O_WORKERS, O_SHARE,
-    O_QUEUE, O_BATCH, O_BATCH_WAIT, O_SCHED, O_SWITCH, O_SWITCH_AT, O_WORKLOAD, O_DIST, O_THETA, O_SMIN,
+    O_QUEUE, O_BATCH, O_BATCH_WAIT, O_PROBE_PERIOD, O_SCHED, O_SWITCH, O_SWITCH_AT, O_WORKLOAD, O_DIST, O_THETA, O_SMIN,
     O_SMAX, O_WSEED, O_SECONDS, O_OFFERED, O_PER_SLICE, O_TOPO, O_PROBE, O_OFFCORE, O_MACHINE, O_HELP
 };
 
@@ -174,6 +177,7 @@ int main(int argc, char **argv)
         {"routers-per-node", 1, 0, O_ROUTERS}, {"max-workers", 1, 0, O_WORKERS},
         {"share-cpus", 1, 0, O_SHARE},  {"queue", 1, 0, O_QUEUE},
         {"batch", 1, 0, O_BATCH},       {"batch-max-wait", 1, 0, O_BATCH_WAIT},
+        {"probe-period-us", 1, 0, O_PROBE_PERIOD},
         {"schedule", 1, 0, O_SCHED},
         {"switch-schedule", 1, 0, O_SWITCH}, {"switch-at", 1, 0, O_SWITCH_AT},
         {"workload", 1, 0, O_WORKLOAD}, {"distribution", 1, 0, O_DIST},
@@ -224,6 +228,19 @@ int main(int argc, char **argv)
                 return 2;
             }
             cfg.batch_max_wait_us = (unsigned)us;
+            break;
+        }
+        case O_PROBE_PERIOD: {
+            char *end;
+            errno = 0;
+            unsigned long us = strtoul(optarg, &end, 10);
+            /* UINT32_MAX is PM_PROBE_PERIOD_AUTO, not a period */
+            if (errno || end == optarg || *end || optarg[0] == '-' || us >= UINT32_MAX) {
+                fprintf(stderr, "pmoss-runtime: --probe-period-us takes microseconds, 0..%u\n",
+                        UINT32_MAX - 1);
+                return 2;
+            }
+            cfg.probe_period_us = (unsigned)us;
             break;
         }
         case O_SCHED: sched = optarg; break;

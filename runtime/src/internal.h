@@ -181,6 +181,8 @@ typedef struct pm_batch {
 typedef struct pm_pending_slice {
     uint32_t head, tail, n;  /* this slice's collecting chain (n 0: none) */
     uint32_t older, newer;   /* age list neighbours while collecting */
+    uint64_t next_probe_ns;  /* the worker profiles this slice's next batch
+                                from then on (runtime.c; 0: the first one) */
 } pm_pending_slice;
 
 typedef struct pm_pending {

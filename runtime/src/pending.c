@@ -41,7 +41,7 @@ int pm_pending_init(pm_pending *p, unsigned n_slices, unsigned batch, unsigned c
     p->fresh = 0;
     for (unsigned s = 0; s < n_slices; s++)
         p->slice[s] = (pm_pending_slice){PM_PENDING_NONE, PM_PENDING_NONE, 0, PM_PENDING_NONE,
-                                         PM_PENDING_NONE};
+                                         PM_PENDING_NONE, 0};
     p->oldest = p->newest = PM_PENDING_NONE;
     return 0;
 }

@@ -11,7 +11,8 @@
  * and run a slice's batch once it holds batch_queries queries, or earlier
  * when its oldest query waited batch_max_wait_us, as soon as the queue is
  * empty (work-conserving) or when the run stops. Due batches run back to
- * back, one probe reading between two, counting per slice. Routers keep
+ * back; a sampled few run between two probe readings (a slice's first
+ * batch, then one per probe_period_us), counting per slice. Routers keep
  * every queue full (closed loop) or send spec.offered_qps (open loop). Core sweepers (one per node) sum their
  * node's worker tables; the off-core sweeper drives the sweep rounds, reads
  * the uncore PMUs (memory controllers, socket links) through the uncore hook
@@ -44,9 +45,12 @@
 
 #include "internal.h"
 
-#define N_OWN_STATS 3
-static const char *const own_stat_names[N_OWN_STATS] = {"queries", "nodes_visited",
-                                                        "keys_scanned"};
+/* profiled_queries: the queries that ran inside probe windows (sampled
+ * attribution, probe_period_us): a slice's counter total / profiled_queries
+ * is its exact per-query rate over the windows; 0 without a probe. */
+#define N_OWN_STATS 4
+static const char *const own_stat_names[N_OWN_STATS] = {"queries", "nodes_visited", "keys_scanned",
+                                                        "profiled_queries"};
 #define PM_PROBE_MAX_VALUES 64
 #define PM_UNCORE_MAX_VALUES 16
 #define ROUTE_BATCH 64       /* queries routed per epoch section */
@@ -415,6 +419,7 @@ void pm_runtime_config_init(pm_runtime_config *cfg)
     cfg->leaf_capacity = PM_LEAF_CAPACITY_MAX;
     cfg->batch_queries = 100;
     cfg->batch_max_wait_us = PM_BATCH_MAX_WAIT_AUTO;
+    cfg->probe_period_us = PM_PROBE_PERIOD_AUTO;
     cfg->queue_capacity = 1024;
     cfg->routers_per_node = 1;
     cfg->share_cpus = -1;
@@ -967,21 +972,22 @@ static void *router_main(void *arg)
     return NULL;
 }
 
-/* Per-slice stats of one executed group: own counts, and the probe delta
- * between the readings taken right before its first query and right after
- * its last one (an unavailable reading makes the stat unavailable). */
+/* Per-slice stats of one executed group: own counts, and, for a profiled
+ * batch (before/after not NULL), the probe delta between the readings taken
+ * right before its first query and right after its last one (an
+ * unavailable reading makes the stat unavailable). */
 static void add_slice_stats(worker *w, uint32_t slice, uint64_t n, uint64_t nodes, uint64_t keys,
                             const uint64_t *before, const uint64_t *after)
 {
     pm_runtime *rt = w->rt;
     _Atomic uint64_t *row = w->stats + (size_t)slice * rt->n_stats;
-    uint64_t add[N_OWN_STATS] = {n, nodes, keys};
+    uint64_t add[N_OWN_STATS] = {n, nodes, keys, after ? n : 0};
     /* single writer per table: relaxed load+store, no RMW needed; sweepers
      * read relaxed and only need each counter's latest value */
     for (unsigned i = 0; i < N_OWN_STATS; i++)
         atomic_store_explicit(&row[i], atomic_load_explicit(&row[i], memory_order_relaxed) + add[i],
                               memory_order_relaxed);
-    if (!rt->has_probe)
+    if (!after)
         return;
     for (int i = 0; i < rt->probe.n_values; i++) {
         _Atomic uint64_t *c = &row[N_OWN_STATS + i];
@@ -1014,21 +1020,28 @@ static void execute(worker *w, const pm_query *q, pm_op_stats *st)
     }
 }
 
-/* Run the due batches back to back. The probe is read once before the
- * first and once after each batch, so each reading closes one batch's
- * counter window and opens the next one's: a window holds exactly one
- * slice's queries, at most batch_queries of them, and a run of B batches
- * costs B + 1 reads. Nothing is popped from the queue in between. */
-static void run_due(worker *w, uint64_t *before, uint64_t *after, uint64_t *done)
+/* Run the due batches back to back. A profiled batch runs between two
+ * readings: the one before it (taken now, or the previous profiled batch's
+ * closing one) and one right after it, so its window holds exactly one
+ * slice's queries, at most batch_queries of them; B consecutive profiled
+ * batches cost B + 1 reads. A slice's batch is profiled when its period has
+ * passed (probe_ns 0: every batch); the others run between no readings.
+ * Nothing is popped from the queue in between. */
+static void run_due(worker *w, uint64_t *before, uint64_t *after, uint64_t *done, uint64_t probe_ns)
 {
     pm_runtime *rt = w->rt;
     pm_pending *p = &w->pend;
-    if (rt->has_probe)
-        rt->probe.read(w->probe_state_ptr, before);
+    uint64_t now = probe_ns && rt->has_probe ? pm_now_ns() : 0; /* one clock read per run */
+    bool open = false; /* `before` holds the reading that opens the next window */
     w->batches += p->n_due;
-    w->probe_reads += rt->has_probe ? p->n_due + 1 : 0;
     for (unsigned d = 0; d < p->n_due; d++) {
         const pm_batch *b = &p->due[d];
+        uint64_t *next_ns = &p->slice[b->slice].next_probe_ns;
+        bool profiled = rt->has_probe && (!probe_ns || now >= *next_ns);
+        if (profiled && !open) {
+            rt->probe.read(w->probe_state_ptr, before);
+            w->probe_reads++;
+        }
         uint64_t nodes = 0, keys = 0;
         uint32_t e = b->head;
         for (uint32_t k = 0; k < b->n; k++, e = p->next[e]) {
@@ -1044,14 +1057,20 @@ static void run_due(worker *w, uint64_t *before, uint64_t *after, uint64_t *done
             /* relaxed: a progress counter, read after join for the totals */
             atomic_store_explicit(&w->completed, ++*done, memory_order_relaxed);
         }
-        if (rt->has_probe)
+        if (profiled) {
             rt->probe.read(w->probe_state_ptr, after);
-        add_slice_stats(w, b->slice, b->n, nodes, keys, before, after);
+            w->probe_reads++;
+            *next_ns = now + probe_ns;
+        }
+        add_slice_stats(w, b->slice, b->n, nodes, keys, profiled ? before : NULL, profiled ? after : NULL);
         w->full_batches += b->n == p->batch;
         pm_pending_release(p, b);
-        uint64_t *t = before;
-        before = after;
-        after = t;
+        if (profiled) { /* the closing reading opens the next profiled window */
+            uint64_t *t = before;
+            before = after;
+            after = t;
+        }
+        open = profiled;
     }
     p->n_due = 0;
 }
@@ -1075,9 +1094,13 @@ static void *worker_main(void *arg)
     if (w->probe_rc)
         return NULL;
     uint64_t done = atomic_load_explicit(&w->completed, memory_order_relaxed);
-    /* AUTO: without a probe there is no read to amortise, so no wait */
+    unsigned period_us = rt->cfg.probe_period_us != PM_PROBE_PERIOD_AUTO ? rt->cfg.probe_period_us
+                                                                         : PM_PROBE_PERIOD_US_DEFAULT;
+    uint64_t probe_ns = (uint64_t)period_us * 1000u;
+    /* AUTO: a read to amortise only when every batch is read; sampled or
+     * unprofiled batches never wait */
     unsigned wait_us = rt->cfg.batch_max_wait_us != PM_BATCH_MAX_WAIT_AUTO ? rt->cfg.batch_max_wait_us
-                       : rt->has_probe                                    ? PM_BATCH_MAX_WAIT_US_DEFAULT
+                       : rt->has_probe && !probe_ns                       ? PM_BATCH_MAX_WAIT_US_DEFAULT
                                                                           : 0;
     uint64_t wait_ns = (uint64_t)wait_us * 1000u;
     unsigned spins = 0;
@@ -1097,7 +1120,7 @@ static void *worker_main(void *arg)
         if (w->pend.n_due) {
             /* every batch's stats are stored when it ends: idle time finds
              * nothing left to flush for the sweepers */
-            run_due(w, probe_buf, probe_buf + PM_PROBE_MAX_VALUES, &done);
+            run_due(w, probe_buf, probe_buf + PM_PROBE_MAX_VALUES, &done, probe_ns);
             continue;
         }
         if (!empty)

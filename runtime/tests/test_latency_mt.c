@@ -114,7 +114,7 @@ int main(void)
     pthread_t runner;
     CHECK_EQ(pthread_create(&runner, NULL, run_main, &a), 0);
 
-    uint64_t count = 0, reads_with_queries = 0, snap[N_SLICES * 3];
+    uint64_t count = 0, reads_with_queries = 0, snap[N_SLICES * 4];
     int switched = 0;
     pm_schedule *sched[2] = {spread(rt), os_default()};
     while (!atomic_load(&a.done)) {
@@ -129,7 +129,7 @@ int main(void)
             pm_migration_report rep;
             CHECK_EQ(pm_runtime_set_schedule(rt, sched[switched], &rep, err, sizeof err), 0);
             switched++;
-            CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * 3), 0);
+            CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * 4), 0);
         }
         sleep_ms(5);
     }

@@ -140,8 +140,9 @@ static void test_runs(void)
     CHECK(pm_runtime_n_keys(rt) > N_KEYS); /* the insert mixes added keys */
     /* snapshot: queries column adds up to everything completed so far */
     unsigned ns = pm_runtime_n_stats(rt);
-    CHECK_EQ(ns, 3);
+    CHECK_EQ(ns, 4);
     CHECK(strcmp(pm_runtime_stat_name(rt, 1), "nodes_visited") == 0);
+    CHECK(strcmp(pm_runtime_stat_name(rt, 3), "profiled_queries") == 0);
     uint64_t *snap = malloc((size_t)N_SLICES * ns * 8);
     CHECK_EQ(pm_runtime_snapshot(rt, snap, 1), -ENOSPC);
     CHECK_EQ(pm_runtime_snapshot(rt, snap, (size_t)N_SLICES * ns), 0);
@@ -150,6 +151,8 @@ static void test_runs(void)
         q += snap[i * ns], nodes += snap[i * ns + 1], scanned += snap[i * ns + 2];
     CHECK_EQ(q, total);
     CHECK(nodes >= q && scanned > 0);
+    for (unsigned i = 0; i < N_SLICES; i++)
+        CHECK_EQ(snap[i * ns + 3], 0); /* no probe, no window */
     free(snap);
     pm_workload_spec bad = {.mix = "ycsb-z"};
     char err[256] = "";
@@ -197,12 +200,12 @@ static void test_live_switch(void)
     CHECK(strstr(err, "schedule has 1 slices but the runtime has 64") == err);
     pm_schedule_destroy(s);
     /* a snapshot while running sees progress */
-    uint64_t snap[N_SLICES * 3];
+    uint64_t snap[N_SLICES * 4]; /* queries, nodes_visited, keys_scanned, profiled_queries */
     sleep_ms(30);
-    CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * 3), 0);
+    CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * 4), 0);
     uint64_t q = 0;
     for (unsigned i = 0; i < N_SLICES; i++)
-        q += snap[i * 3];
+        q += snap[i * 4];
     CHECK(q > 0);
     pm_run_result res;
     uint64_t per_slice[N_SLICES];
@@ -259,28 +262,28 @@ static void test_probe(void)
 {
     pm_probe_ops ops = {probe_open, probe_read, probe_close, 3, probe_names};
     pm_runtime *rt = make("uniform", PM_BOUNDARIES_EQUAL_COUNT, &ops);
-    CHECK_EQ(pm_runtime_n_stats(rt), 6);
-    CHECK(strcmp(pm_runtime_stat_name(rt, 4), "task_clock_ns") == 0);
+    CHECK_EQ(pm_runtime_n_stats(rt), 7);
+    CHECK(strcmp(pm_runtime_stat_name(rt, 3), "profiled_queries") == 0);
+    CHECK(strcmp(pm_runtime_stat_name(rt, 5), "task_clock_ns") == 0);
     pm_workload_spec spec = {.mix = "ycsb-c", .distribution = "uniform", .seed = 1};
     pm_run_result res;
     char err[256];
     CHECK_EQ(pm_runtime_run(rt, &spec, 0.2, &res, NULL, err, sizeof err), 0);
     CHECK_EQ(atomic_load(&probes_open), 0);
-    enum { NS = 6 };
+    enum { NS = 7 };
     uint64_t snap[N_SLICES * NS];
     CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * NS), 0);
-    uint64_t q = 0, batches = 0;
+    uint64_t q = 0;
     for (unsigned i = 0; i < N_SLICES; i++) {
         q += snap[i * NS];
-        batches += snap[i * NS + 3];
         if (snap[i * NS] > 0) {
-            CHECK(snap[i * NS + 3] > 0); /* every slice with queries had probe reads */
-            CHECK(snap[i * NS + 5] == PM_STAT_UNAVAILABLE); /* never 0 */
+            /* sampled (default period): a slice's first batch is profiled */
+            CHECK(snap[i * NS + 3] > 0 && snap[i * NS + 3] <= snap[i * NS]);
+            CHECK(snap[i * NS + 4] > 0); /* every slice with queries had probe reads */
+            CHECK(snap[i * NS + 6] == PM_STAT_UNAVAILABLE); /* never 0 */
         }
     }
     CHECK_EQ(q, res.completed);
-    /* a batch has at most batch_queries (100) queries */
-    CHECK(batches * 100 >= q);
     pm_runtime_destroy(rt);
 
     pm_probe_ops bad = {probe_open_fail, probe_read, probe_close, 3, probe_names};
@@ -492,6 +495,7 @@ static void exact_read(void *state, uint64_t *values)
 static void test_probe_exact(void)
 {
     pm_probe_ops ops = {exact_open, exact_read, free, 2, exact_names};
+    /* probe_period_us 0: every batch is profiled (sampling: test_probe_sampled) */
     /* batch sizes: one query per window, odd, default, above the queue
      * capacity; max waits: default (AUTO: 10 ms with a probe), short, none,
      * longer than the run (so only idle, a full pool and the stop end
@@ -499,7 +503,7 @@ static void test_probe_exact(void)
     unsigned batches[] = {1, 7, 100, 100, 4096, 100};
     unsigned waits[] = {PM_BATCH_MAX_WAIT_AUTO, 500, PM_BATCH_MAX_WAIT_AUTO, 0, 10000000, 10000000};
     static const char *mixes[] = {"ycsb-c", "ycsb-a", "rsi-20-30-50", "ycsb-e"};
-    enum { NS = 5 };
+    enum { NS = 6 }; /* queries, nodes, keys, profiled_queries, executed, readings */
     for (unsigned b = 0; b < sizeof batches / sizeof *batches; b++) {
         pm_runtime_config cfg;
         pm_runtime_config_init(&cfg);
@@ -509,6 +513,7 @@ static void test_probe_exact(void)
         cfg.probe = &ops;
         cfg.batch_queries = batches[b];
         cfg.batch_max_wait_us = waits[b];
+        cfg.probe_period_us = 0;
         cfg.queue_capacity = 256;
         pm_runtime *rt;
         CHECK_CREATE(&cfg, &rt);
@@ -541,9 +546,11 @@ static void test_probe_exact(void)
             uint64_t q = 0, reads = 0;
             for (unsigned i = 0; i < N_SLICES; i++) {
                 uint64_t dq = snap[i * NS] - prev[i * NS];
-                uint64_t dexec = snap[i * NS + 3] - prev[i * NS + 3];
-                uint64_t dread = snap[i * NS + 4] - prev[i * NS + 4];
+                uint64_t dprof = snap[i * NS + 3] - prev[i * NS + 3];
+                uint64_t dexec = snap[i * NS + 4] - prev[i * NS + 4];
+                uint64_t dread = snap[i * NS + 5] - prev[i * NS + 5];
                 CHECK_EQ(dq, per_slice[i]);
+                CHECK_EQ(dprof, dq); /* every batch profiled */
                 CHECK_EQ(dexec, dq); /* the attribution check */
                 CHECK(dread <= dq);  /* a batch holds >= 1 query */
                 CHECK(dread * batches[b] >= dq); /* ... and <= batch_queries */
@@ -568,6 +575,54 @@ static void test_probe_exact(void)
          * (work-conserving workers run what is pending then): not checked
          * here; test_pending_policy covers full batches */
         (void)full;
+        pm_runtime_destroy(rt);
+    }
+}
+
+/* Sampled attribution (the default probe period, and a period longer than
+ * the run): a window still holds one slice's queries only, so per slice the
+ * probe's executed-count delta equals profiled_queries exactly; every slice
+ * with queries had its first batch profiled; fewer readings than batches. */
+static void test_probe_sampled(void)
+{
+    pm_probe_ops ops = {exact_open, exact_read, free, 2, exact_names};
+    unsigned periods[] = {PM_PROBE_PERIOD_AUTO, 10000000};
+    enum { NS = 6 };
+    for (unsigned k = 0; k < 2; k++) {
+        pm_runtime_config cfg;
+        pm_runtime_config_init(&cfg);
+        cfg.n_keys = N_KEYS;
+        cfg.seed = 9;
+        cfg.n_slices = N_SLICES;
+        cfg.probe = &ops;
+        cfg.batch_queries = 7;
+        cfg.probe_period_us = periods[k];
+        cfg.queue_capacity = 256;
+        pm_runtime *rt;
+        CHECK_CREATE(&cfg, &rt);
+        char err[256] = "";
+        int cpus[256];
+        unsigned n_workers = pm_runtime_worker_cpus(rt, cpus, 256);
+        pm_workload_spec spec = {.mix = "ycsb-a", .seed = k + 1};
+        pm_run_result res;
+        uint64_t per_slice[N_SLICES], snap[N_SLICES * NS];
+        CHECK_EQ(pm_runtime_run(rt, &spec, 0.2, &res, per_slice, err, sizeof err), 0);
+        CHECK_EQ(pm_runtime_snapshot(rt, snap, N_SLICES * NS), 0);
+        uint64_t profiled = 0;
+        for (unsigned i = 0; i < N_SLICES; i++) {
+            CHECK_EQ(snap[i * NS], per_slice[i]);
+            CHECK_EQ(snap[i * NS + 4], snap[i * NS + 3]); /* the attribution check */
+            CHECK(snap[i * NS + 3] <= per_slice[i]);
+            if (per_slice[i] > 0)
+                CHECK(snap[i * NS + 3] > 0 && snap[i * NS + 5] > 0);
+            profiled += snap[i * NS + 3];
+        }
+        CHECK(res.probe_reads < 2 * res.batches);
+        if (periods[k] == 10000000) /* one window per slice and worker */
+            CHECK(res.probe_reads <= 2 * (uint64_t)N_SLICES * n_workers);
+        printf("test_probe_sampled: period %u us: %llu of %llu queries profiled, %llu reads, %llu batches\n",
+               periods[k], (unsigned long long)profiled, (unsigned long long)res.completed,
+               (unsigned long long)res.probe_reads, (unsigned long long)res.batches);
         pm_runtime_destroy(rt);
     }
 }
@@ -654,6 +709,7 @@ static pm_runtime *make_groups(const char *sysfs_root, const char *machine)
     cfg.max_workers = GROUP_MAX_WORKERS;
     cfg.queue_capacity = 64;
     cfg.probe = &ops;
+    cfg.probe_period_us = 0; /* exact totals: every batch profiled */
     cfg.batch_max_wait_us = 0;
     cfg.sysfs_root = sysfs_root;
     cfg.machine = machine;
@@ -698,7 +754,7 @@ static bool in_group(pm_runtime *rt, const pm_schedule *s, unsigned i, unsigned 
  * had a group of >= 2 members. */
 static unsigned check_groups(pm_runtime *rt)
 {
-    enum { NS = 3 + GROUP_MAX_WORKERS };
+    enum { NS = 4 + GROUP_MAX_WORKERS };
     static uint64_t before[N_SLICES * NS], after[N_SLICES * NS];
     char err[256] = "";
     pm_schedule *a = mixed_schedule(rt, 0, "test"), *b = mixed_schedule(rt, 1, "test");
@@ -715,7 +771,7 @@ static unsigned check_groups(pm_runtime *rt)
         unsigned members = 0, ran = 0;
         uint64_t total = 0;
         for (unsigned k = 0; k < group_n_workers; k++) {
-            uint64_t n = after[i * NS + 3 + k] - before[i * NS + 3 + k];
+            uint64_t n = after[i * NS + 4 + k] - before[i * NS + 4 + k];
             members += in_group(rt, a, i, k);
             ran += n > 0;
             total += n;
@@ -854,6 +910,7 @@ int main(void)
     test_pending_policy();
     test_pending_random();
     test_probe_exact();
+    test_probe_sampled();
     test_open_loop();
     test_groups();
     printf("test_runtime: ok\n");

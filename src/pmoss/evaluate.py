@@ -313,6 +313,7 @@ def evaluate_command(
     oracle: Annotated[Optional[bool], typer.Option("--oracle/--no-oracle", help="Also search an oracle schedule per cell.")] = None,
     mask_control: Annotated[bool, typer.Option("--mask-control/--no-mask-control",
                                                help="Also run 'mask-only': the first model's network untrained, under the same inference masks.")] = True,
+    label: Annotated[Optional[str], typer.Option(help="Nest metrics.json under this key (e.g. unseen), so a second evaluation's columns in `dvc exp show` differ from the first's.")] = None,
 ) -> None:
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
     from pmoss.learn.bundle import load_bundle, untrained_like
@@ -329,7 +330,7 @@ def evaluate_command(
     schedules: dict[str, dict[str, Schedule]] = {}
     cells = evaluate_cells(cfg, bundles, keep=schedules)
     headline, detail = summarise(cells, list(bundles), cfg.baselines)
-    atomic_write_text(output / "metrics.json", json.dumps(headline, indent=1) + "\n")
+    atomic_write_text(output / "metrics.json", json.dumps({label: headline} if label else headline, indent=1) + "\n")
     atomic_write_text(output / "cells-detail.json", json.dumps(detail, indent=1) + "\n")
     atomic_write_text(output / "cells.json", json.dumps(cells, indent=1) + "\n")
     atomic_write_text(output / "speedup.json", json.dumps(speedup_rows(cells, cfg.baselines), indent=1) + "\n")

@@ -276,12 +276,13 @@ int pm_dataset_generate(const char *dataset, uint64_t n, uint64_t seed, uint64_t
  * read() runs only on the worker's thread. Each worker collects queued
  * queries into per-slice batches of up to batch_queries queries (a batch
  * closes when full, on its deadline, or as soon as the worker's queue is
- * empty: see batch_max_wait_us) and runs due batches back to back, reading
- * the probe once before the first and once after each batch; the delta
- * between two consecutive readings goes to the slice of the batch between
- * them, which holds only that slice's queries (exact attribution, never a
- * mixed window; popping the queue happens outside every window). A run of B
- * batches costs B + 1 reads. n_values <= 64. */
+ * empty: see batch_max_wait_us) and runs due batches back to back. A
+ * profiled batch runs between two probe readings (consecutive profiled
+ * batches share one) and the delta goes to its slice: the window holds only
+ * that slice's queries (exact attribution, never a mixed window; popping the
+ * queue happens outside every window). Which batches are profiled: see
+ * probe_period_us (default: a slice's first batch, then at most one per
+ * period, per worker). n_values <= 64. */
 typedef struct pm_probe_ops {
     int (*open)(void *ctx, int worker_cpu, void **state);
     void (*read)(void *state, uint64_t *values);
@@ -334,6 +335,10 @@ typedef enum pm_boundaries {
  * while a worker's queue never empties (overload, closed loop). */
 #define PM_BATCH_MAX_WAIT_US_DEFAULT 1000
 #define PM_BATCH_MAX_WAIT_AUTO UINT32_MAX
+/* probe_period_us (see pm_runtime_config): the default sampling period of
+ * a slice's probe windows, and AUTO itself. */
+#define PM_PROBE_PERIOD_US_DEFAULT 5000
+#define PM_PROBE_PERIOD_AUTO UINT32_MAX
 
 typedef struct pm_runtime_config {
     uint64_t n_keys;           /* keys loaded at create */
@@ -356,8 +361,9 @@ typedef struct pm_runtime_config {
                                   once its oldest query waited this long
                                   (0: every drain runs all that is
                                   pending). Default PM_BATCH_MAX_WAIT_AUTO:
-                                  PM_BATCH_MAX_WAIT_US_DEFAULT with a probe,
-                                  0 without (nothing to amortise). Work-
+                                  PM_BATCH_MAX_WAIT_US_DEFAULT when every
+                                  batch is profiled (probe_period_us 0),
+                                  else 0 (nothing to amortise). Work-
                                   conserving: whenever a drain finds the
                                   queue empty, every partial batch runs at
                                   once (waiting would only idle the
@@ -370,6 +376,20 @@ typedef struct pm_runtime_config {
                                   is full. A longer deadline means fuller
                                   batches under overload (fewer reads) and
                                   higher latency there. */
+    unsigned probe_period_us;  /* sampled attribution: a worker profiles
+                                  a slice's first batch of a run, then at
+                                  most one of its batches per this period;
+                                  the others run between no readings. Each
+                                  profiled window is exact; a slice's
+                                  counter totals are estimates, scaled by
+                                  queries / profiled_queries (the stat that
+                                  counts the queries in its windows). 0:
+                                  every batch (exact totals, a reading per
+                                  batch + 1 per run). Default
+                                  PM_PROBE_PERIOD_AUTO =
+                                  PM_PROBE_PERIOD_US_DEFAULT: a query rarely
+                                  pays for a reading, so profiling leaves the
+                                  latency median alone. */
     unsigned queue_capacity;   /* per worker, power of two, default 1024 */
     unsigned routers_per_node; /* default 1 */
     unsigned max_workers;      /* 0 = one worker per usable CPU */

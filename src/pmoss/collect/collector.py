@@ -199,6 +199,26 @@ def offcore_batch(lib: ctypes.CDLL, values: dict[str, list[float | None]], n_nod
     return import_batch(lambda pa_ptr, ps_ptr: lib.pm_offcore_export_arrow(flat, cap, n_nodes, n_links, pa_ptr, ps_ptr))
 
 
+EXACT_STATS = ("slice", "core", "node", "queries", "nodes_visited", "keys_scanned", "profiled_queries")  # the runtime's own counts
+
+
+def _estimated_totals(cols: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Sampled attribution (runtime probe_period_us): a probe counter covers only the queries in
+    its slice's probe windows (`profiled_queries`), each window exact. A slice's total is
+    estimated as counter x queries / profiled_queries (its exact per-query rate over the windows,
+    times its queries). A slice with queries but no window stays null (nothing measured it)."""
+    if "profiled_queries" not in cols:
+        return cols
+    q, pq = cols["queries"], cols["profiled_queries"]
+    out = dict(cols)
+    for name, values in cols.items():
+        if name in EXACT_STATS:
+            continue
+        out[name] = [None if v is None or (n and not p) else v * n / p if p else 0.0
+                     for v, n, p in zip(values, q, pq, strict=True)]  # fmt: skip
+    return out
+
+
 def episode_columns(slices: pa.RecordBatch, offcore: pa.RecordBatch | None = None) -> dict[str, Any]:
     """Collector batches -> the slice-level and off-core columns of a raw snapshot row (DESIGN §4.3).
 
@@ -209,7 +229,7 @@ def episode_columns(slices: pa.RecordBatch, offcore: pa.RecordBatch | None = Non
     stay null inside the list. `imc_total_bytes` (AMD DF, Arm CMN: reads and writes together) has
     no snapshot column, so on such hosts imc_read_bytes / imc_write_bytes are unavailable.
     """
-    cols = slices.to_pydict()
+    cols = _estimated_totals(slices.to_pydict())
     order = sorted(range(slices.num_rows), key=lambda i: cols["slice"][i])
     out: dict[str, Any] = {"core": [cols["core"][i] for i in order], "node": [cols["node"][i] for i in order], "queries": [cols["queries"][i] for i in order]}
     unavailable = []

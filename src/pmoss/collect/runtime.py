@@ -58,7 +58,7 @@ typedef enum pm_boundaries { PM_BOUNDARIES_EQUAL_COUNT = 0, PM_BOUNDARIES_EQUAL_
 typedef struct pm_runtime_config {
     uint64_t n_keys; const char *dataset; uint64_t seed; unsigned n_slices;
     pm_boundaries boundaries; unsigned leaf_capacity; unsigned batch_queries;
-    unsigned batch_max_wait_us; unsigned queue_capacity; unsigned routers_per_node; unsigned max_workers;
+    unsigned batch_max_wait_us; unsigned probe_period_us; unsigned queue_capacity; unsigned routers_per_node; unsigned max_workers;
     int share_cpus; const pm_probe_ops *probe; void *probe_ctx;
     const pm_uncore_ops *uncore; void *uncore_ctx; const char *machine; const char *sysfs_root;
 } pm_runtime_config;
@@ -225,7 +225,8 @@ class Runtime:
 
     def __init__(self, n_keys: int, dataset: str = "dense", seed: int = 1, n_slices: int = 256, *,
                  equal_width: bool = False, leaf_capacity: int = 255, batch_queries: int = 100,
-                 batch_max_wait_us: int | None = None, queue_capacity: int = 1024, routers_per_node: int = 1,
+                 batch_max_wait_us: int | None = None, probe_period_us: int | None = None, queue_capacity: int = 1024,
+                 routers_per_node: int = 1,
                  max_workers: int = 0, share_cpus: bool | None = None, probe: str | None = None,
                  offcore: str | None = None) -> None:
         """probe: None (own counts only) or a collector counter mode: auto | software | hardware |
@@ -237,8 +238,11 @@ class Runtime:
 
         batch_queries: queries per slice batch (one probe window each); batch_max_wait_us: run a
         partial batch once its oldest query waited this long while the queue keeps delivering (0: never
-        wait; None: the runtime's default, PM_BATCH_MAX_WAIT_US_DEFAULT with a probe and 0 without);
-        a worker whose queue is empty runs every partial batch at once."""
+        wait; None: the runtime's default, PM_BATCH_MAX_WAIT_US_DEFAULT when every batch is profiled,
+        else 0); a worker whose queue is empty runs every partial batch at once.
+        probe_period_us: sampled attribution, a slice's first batch and then at most one per period
+        runs between probe readings (exact windows; totals are estimated from the `profiled_queries`
+        stat, collector.episode_columns); 0: every batch; None: the runtime's default (5 ms)."""
         self._lib = load_library()
         cfg = _ffi.new("pm_runtime_config *")
         self._lib.pm_runtime_config_init(cfg)
@@ -250,6 +254,10 @@ class Runtime:
             if not 0 <= batch_max_wait_us < 2**32 - 1:
                 raise NativeRuntimeError(f"batch_max_wait_us must be in [0, 2^32 - 2] microseconds, got {batch_max_wait_us}")
             cfg.batch_max_wait_us = batch_max_wait_us
+        if probe_period_us is not None:
+            if not 0 <= probe_period_us < 2**32 - 1:
+                raise NativeRuntimeError(f"probe_period_us must be in [0, 2^32 - 2] microseconds, got {probe_period_us}")
+            cfg.probe_period_us = probe_period_us
         cfg.routers_per_node, cfg.max_workers = routers_per_node, max_workers
         cfg.share_cpus = -1 if share_cpus is None else int(share_cpus)
         if probe is not None:

@@ -24,10 +24,10 @@ def _read_json(path: Path, made_by: str) -> dict[str, Any]:
         raise ContractError(f"{path}: not JSON ({e.msg} at line {e.lineno}); re-run {made_by}") from None
 
 
-def headline_table(metrics: dict[str, Any]) -> Any:
+def headline_table(metrics: dict[str, Any], what: str = "") -> Any:
     from rich.table import Table
 
-    table = Table(title=f"learned policies vs the baselines, geo-mean over {metrics.get('n_cells', '?')} cells (source={metrics.get('source', '?')})")
+    table = Table(title=f"learned policies vs the baselines{what}, geo-mean over {metrics.get('n_cells', '?')} cells (source={metrics.get('source', '?')})")
     for col in ("policy", "vs best baseline", "vs best one-core", "vs oracle", "cells >= best"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     from pmoss.evaluate import policy_figures
@@ -50,6 +50,9 @@ def summary_command(
     console = Console()
     say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
     console.print(headline_table(metrics))
+    unseen = eval_dir / "unseen" / "metrics.json"  # the evaluate-unseen stage: a machine in no training pool
+    if unseen.exists():
+        console.print(headline_table(_read_json(unseen, "the evaluate-unseen stage").get("unseen", {}), " on an unseen machine (IBM POWER8)"))
     others = ", ".join(f"v{v} {p}" for p, v in receipt.get("versions", {}).items() if p != receipt.get("policy"))
     say(f"registered: {receipt['name']} version {receipt['version']} ({receipt.get('policy', '?')}) alias [bold]{receipt['alias']}[/bold]"
         f" (the best geo-mean vs the best baseline){f'; also {others}' if others else ''}")  # fmt: skip
