@@ -5,7 +5,7 @@
 
 Profiling "on" is probe auto (software mode on hosts without a PMU) at granularity 100: a worker
 collects queries into per-slice batches of <= 100 and runs due batches back to back; sampled
-attribution (the runtime's default probe period, 5 ms) runs a slice's first batch and then at most
+attribution (the runtime's default probe period, 20 ms) runs a slice's first batch and then at most
 one batch per period between two probe readings, the rest between none; a partial batch runs as
 soon as the worker's queue is empty (work-conserving) or, while queries keep coming, once its
 oldest query waited batch_max_wait_us (default 0 with sampling; 1 ms when every batch is read).
@@ -122,13 +122,13 @@ def overhead(workload: str, waits: list[int], seconds: float, rounds: int, worke
         )  # fmt: skip
 
 
-def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int, loads: list[float]) -> None:
+def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int, loads: list[float], period_us: int | None = None) -> None:
     """Profiling on (probe auto, sampled windows, default batching) vs off (no probe), and exact
     (every batch read) for reference, interleaved round by round: closed loop (each side's own
     maximum throughput), then open loop at the same offered rate for all, a fraction of the
     profiled side's closed-loop median (so each sustains it)."""
     mk = dict(n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers)
-    rts = {"on": Runtime(keys, probe="auto", **mk), "exact": Runtime(keys, probe="auto", probe_period_us=0, **mk), "off": Runtime(keys, **mk)}
+    rts = {"on": Runtime(keys, probe="auto", probe_period_us=period_us, **mk), "exact": Runtime(keys, probe="auto", probe_period_us=0, **mk), "off": Runtime(keys, **mk)}
 
     def measure(offered: float) -> dict[str, dict[str, list[float]]]:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in rts}
@@ -202,6 +202,7 @@ def main() -> None:
     ap.add_argument("--parts", default="overhead,latency,sweep", help="which figures to measure (comma-separated: overhead, latency, sweep)")
     ap.add_argument("--keys", default=f"{KEYS},{PLAN_KEYS}",
                     help=f"index sizes, comma-separated (default {KEYS},{PLAN_KEYS}: an in-cache tree, where a reading weighs most, and plan.py's default n_records; the --waits sweep runs at the first)")
+    ap.add_argument("--probe-period-us", type=int, default=None, help="probe period of the profiled side of the latency records (default: the runtime's, 20000)")
     args = ap.parse_args()
     if not (library_path().parent / "pmoss_bench_probe").exists():
         raise SystemExit(f"{library_path().parent}/pmoss_bench_probe missing: cmake -S . -B build && cmake --build build")
@@ -213,7 +214,7 @@ def main() -> None:
             overhead("ycsb-c", [BATCH_MAX_WAIT_US_DEFAULT, *(extra if i == 0 else [])], args.seconds, args.rounds, args.workers, read_ns, keys)
             overhead("ycsb-a", [BATCH_MAX_WAIT_US_DEFAULT], args.seconds, args.rounds, args.workers, read_ns, keys)
         if "latency" in parts:
-            latency("ycsb-c", keys, args.seconds, args.rounds, args.workers, [float(f) for f in args.loads.split(",") if f.strip()])
+            latency("ycsb-c", keys, args.seconds, args.rounds, args.workers, [float(f) for f in args.loads.split(",") if f.strip()], args.probe_period_us)
     if "sweep" in parts:
         sweep_round()
 
