@@ -23,6 +23,14 @@ def rt() -> rtmod.Runtime:
     return rtmod.Runtime(n_keys=50_000, dataset="dense", seed=3, n_slices=N_SLICES, queue_capacity=64)
 
 
+def probed(**kw) -> rtmod.Runtime:
+    """A runtime with the collector's probe; the test is skipped where libpmoss has no collector."""
+    try:
+        return rtmod.Runtime(**kw)
+    except rtmod.NativeRuntimeError as exc:
+        pytest.skip(f"collector not linked into libpmoss: {exc}")
+
+
 def _one_core(rt: rtmod.Runtime, shift: int = 0) -> tuple[list[int], list[int]]:
     cpus = rt.worker_cpus()
     core = [cpus[(i // 4 + shift) % len(cpus)] for i in range(N_SLICES)]
@@ -124,10 +132,7 @@ def test_bad_workload_and_config() -> None:
 
 
 def test_collector_probe_software(perf_events) -> None:
-    try:
-        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="software")
-    except rtmod.NativeRuntimeError as exc:
-        pytest.skip(f"collector not linked into libpmoss: {exc}")
+    rt = probed(n_keys=20_000, n_slices=8, probe="software")
     out = rt.run("ycsb-c", 0.1)
     stats = out["stats"].slices.to_pydict()
     assert stats["queries"] == out["slice_queries"]
@@ -143,10 +148,7 @@ def test_collector_probe_software(perf_events) -> None:
 def test_collector_probe_hardware_only(perf_events) -> None:
     """hardware-only reaches the collector as hardware mode + hardware_only: without a PMU the
     run fails (hardware mode never degrades); with one, the software extras are null."""
-    try:
-        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="hardware-only")
-    except rtmod.NativeRuntimeError as exc:
-        pytest.skip(f"collector not linked into libpmoss: {exc}")
+    rt = probed(n_keys=20_000, n_slices=8, probe="hardware-only")
     pmu = perf_events  # not /sys/.../devices/cpu: hybrid Intel names its PMUs cpu_core/cpu_atom,
     usable = pmu["model"] is not None and pmu["hardware_events"]  # and a VM's libpfm4 may know a CPU the kernel cannot count
     try:
@@ -162,10 +164,7 @@ def test_collector_probe_hardware_only(perf_events) -> None:
 
 def test_batches_and_probe_reads(perf_events) -> None:
     """Per-slice batches: a run of B batches costs B + 1 probe reads; without a probe, no reads."""
-    try:
-        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="software", batch_queries=50, batch_max_wait_us=20_000, probe_period_us=0)
-    except rtmod.NativeRuntimeError as exc:
-        pytest.skip(f"collector not linked into libpmoss: {exc}")
+    rt = probed(n_keys=20_000, n_slices=8, probe="software", batch_queries=50, batch_max_wait_us=20_000, probe_period_us=0)
     out = rt.run("ycsb-c", 0.2)
     assert out["completed"] == out["dispatched"] == sum(out["slice_queries"])
     assert out["batches"] * 50 >= out["completed"] >= out["batches"] > 0
@@ -186,10 +185,7 @@ def test_sampled_probe_estimates(perf_events) -> None:
     queries / profiled_queries (collector.episode_columns)."""
     from pmoss.collect.collector import episode_columns
 
-    try:
-        rt = rtmod.Runtime(n_keys=20_000, n_slices=8, probe="software")
-    except rtmod.NativeRuntimeError as exc:
-        pytest.skip(f"collector not linked into libpmoss: {exc}")
+    rt = probed(n_keys=20_000, n_slices=8, probe="software")
     out = rt.run("ycsb-c", 0.2)
     st = out["stats"].slices.to_pydict()
     busy = [i for i, q in enumerate(st["queries"]) if q > 0]

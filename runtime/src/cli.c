@@ -168,6 +168,21 @@ enum {
     O_SMAX, O_WSEED, O_SECONDS, O_OFFERED, O_PER_SLICE, O_TOPO, O_PROBE, O_OFFCORE, O_MACHINE, O_HELP
 };
 
+/* Microseconds 0 .. UINT32_MAX - 1 into *out (UINT32_MAX is the config's
+ * AUTO, not a value); -1 with a message naming the option otherwise. */
+static int parse_us(const char *opt, const char *arg, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long us = strtoul(arg, &end, 10);
+    if (errno || end == arg || *end || arg[0] == '-' || us >= UINT32_MAX) {
+        fprintf(stderr, "pmoss-runtime: %s takes microseconds, 0..%u\n", opt, UINT32_MAX - 1);
+        return -1;
+    }
+    *out = (unsigned)us;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -217,32 +232,14 @@ int main(int argc, char **argv)
             break;
         case O_QUEUE: cfg.queue_capacity = (unsigned)strtoul(optarg, NULL, 0); break;
         case O_BATCH: cfg.batch_queries = (unsigned)strtoul(optarg, NULL, 0); break;
-        case O_BATCH_WAIT: {
-            char *end;
-            errno = 0;
-            unsigned long us = strtoul(optarg, &end, 10);
-            /* UINT32_MAX is PM_BATCH_MAX_WAIT_AUTO, not a wait */
-            if (errno || end == optarg || *end || optarg[0] == '-' || us >= UINT32_MAX) {
-                fprintf(stderr, "pmoss-runtime: --batch-max-wait takes microseconds, 0..%u\n",
-                        UINT32_MAX - 1);
+        case O_BATCH_WAIT:
+            if (parse_us("--batch-max-wait", optarg, &cfg.batch_max_wait_us))
                 return 2;
-            }
-            cfg.batch_max_wait_us = (unsigned)us;
             break;
-        }
-        case O_PROBE_PERIOD: {
-            char *end;
-            errno = 0;
-            unsigned long us = strtoul(optarg, &end, 10);
-            /* UINT32_MAX is PM_PROBE_PERIOD_AUTO, not a period */
-            if (errno || end == optarg || *end || optarg[0] == '-' || us >= UINT32_MAX) {
-                fprintf(stderr, "pmoss-runtime: --probe-period-us takes microseconds, 0..%u\n",
-                        UINT32_MAX - 1);
+        case O_PROBE_PERIOD:
+            if (parse_us("--probe-period-us", optarg, &cfg.probe_period_us))
                 return 2;
-            }
-            cfg.probe_period_us = (unsigned)us;
             break;
-        }
         case O_SCHED: sched = optarg; break;
         case O_SWITCH: switch_sched = optarg; break;
         case O_SWITCH_AT: switch_at = strtod(optarg, NULL); break;

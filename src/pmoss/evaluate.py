@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.groups import groups_of
-from pmoss.contracts.io import atomic_write_text, load_model_with_flags, require_known
+from pmoss.contracts.io import atomic_write_text, load_model_with_flags, one_of
 from pmoss.contracts.policies import BASELINE_KINDS, generate
 from pmoss.contracts.schedule import LOAD_CAP, ONE_CORE_KINDS, Schedule, slices_for
 from pmoss.contracts.workload import DATASETS, WORKLOADS, get_workload
@@ -35,14 +35,14 @@ class EvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     machines: list[str] = Field(min_length=1)  # pool names, descriptor files, or directories of them
-    workloads: list[str] = Field(min_length=1)
-    dataset: str = "dense"
+    workloads: Annotated[list[str], one_of(WORKLOADS, "workload")] = Field(min_length=1)
+    dataset: Annotated[str, one_of(DATASETS, "dataset")] = "dense"
     n_slices: int = Field(256, ge=1)
     slices_per_worker: float | None = Field(None, gt=0)  # set: each machine gets slices_for(machine, this) slices instead of n_slices
     n_records: int = Field(10_000_000, ge=1)
     window_s: float = Field(10.0, gt=0)
     runs: int = Field(3, ge=1)  # evaluation seeds per schedule
-    baselines: list[str] = list(BASELINE_KINDS)
+    baselines: Annotated[list[str], one_of(BASELINE_KINDS, "schedule kind")] = list(BASELINE_KINDS)
     oracle: bool = False
     target_factor: float = Field(2.0, gt=0)
 
@@ -57,24 +57,6 @@ class EvalConfig(BaseModel):
         except ContractError as e:
             raise ValueError(str(e).removeprefix("machine: ")) from None
         return refs
-
-    @field_validator("workloads")
-    @classmethod
-    def _known_workloads(cls, names: list[str]) -> list[str]:
-        require_known(names, WORKLOADS, "workload")
-        return names
-
-    @field_validator("dataset")
-    @classmethod
-    def _known_dataset(cls, name: str) -> str:
-        require_known([name], DATASETS, "dataset")
-        return name
-
-    @field_validator("baselines")
-    @classmethod
-    def _known_baselines(cls, kinds: list[str]) -> list[str]:
-        require_known(kinds, BASELINE_KINDS, "schedule kind")
-        return kinds
 
 
 def measure(machine: Any, workload: str, schedules: dict[str, Schedule], cfg: EvalConfig) -> dict[str, float]:

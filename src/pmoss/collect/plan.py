@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -17,11 +17,10 @@ from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
-    field_validator,
     model_validator,
 )
 
-from pmoss.contracts.io import load_model_with_flags, require_known
+from pmoss.contracts.io import load_model_with_flags, one_of
 from pmoss.contracts.policies import PAPER_MIX
 from pmoss.contracts.schedule import ONE_CORE_KINDS, SHARED_KINDS
 from pmoss.contracts.workload import DATASETS, WORKLOADS
@@ -34,8 +33,8 @@ class Pool(BaseModel):
     name: str
     backend: Backend = "sim"
     machines: list[str] = Field(min_length=1)
-    workloads: list[str] = Field(min_length=1)
-    datasets: list[str] = ["dense"]
+    workloads: Annotated[list[str], one_of(WORKLOADS, "workload")] = Field(min_length=1)
+    datasets: Annotated[list[str], one_of(DATASETS, "dataset")] = ["dense"]
     mix: dict[str, float] = dict(PAPER_MIX)  # one-core kind -> fraction of a cell's episodes
     shared_kinds: list[str] = []  # OS/SE/SN:N modes: runs_per_shared_kind episodes each per cell
     runs_per_shared_kind: int = Field(default=1, ge=0)
@@ -53,17 +52,6 @@ class Pool(BaseModel):
     # machine -> descriptor file for real hosts; absent = `pmoss topology` of the host the episode runs on
     descriptors: dict[str, str] = {}
 
-    @field_validator("workloads")
-    @classmethod
-    def _known_workloads(cls, v: list[str]) -> list[str]:
-        require_known(v, WORKLOADS, "workload")
-        return v
-
-    @field_validator("datasets")
-    @classmethod
-    def _known_datasets(cls, v: list[str]) -> list[str]:
-        require_known(v, DATASETS, "dataset")
-        return v
 
     @model_validator(mode="after")
     def _mix(self) -> Pool:

@@ -94,6 +94,16 @@ def require_known(values: Iterable[str], known: Iterable[str], what: str) -> Non
         raise ValueError(f"unknown {what} '{unknown[0]}' (known: {', '.join(known)})")
 
 
+def one_of(known: Iterable[str], what: str) -> pydantic.AfterValidator:
+    """A field's validator (`Annotated[list[str], one_of(...)]`): every name, or the one name, is known."""
+
+    def check(v: Any) -> Any:
+        require_known([v] if isinstance(v, str) else v, known, what)
+        return v
+
+    return pydantic.AfterValidator(check)
+
+
 def validate_model(cls: type[M], data: Any, source: str) -> M:
     try:
         return cls.model_validate(data)
