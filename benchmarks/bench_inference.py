@@ -1,5 +1,7 @@
 """Inference speed: one 256-slice rollout on a 64-core descriptor (issue target: <= 1 s on 2 cores),
-and on a 16-node x 64-worker one (the largest machine a model must schedule without retraining).
+and on a 16-node x 64-worker one (the largest machine a model must schedule without retraining),
+and dt-critic's best-of-16 (greedy + 16 samples + the group heuristics, one critic pass) on the
+same 256 slices: the inference a critic-ranked version costs, scoring included.
 
     .venv/bin/python benchmarks/bench_inference.py [--quick]   # --quick skips the slow uncached baseline
 
@@ -22,7 +24,7 @@ from pmoss.data.state import as_tensors, machine_arrays, teacher_forced
 from pmoss.data.tokens import META_NAMES, Stats
 from pmoss.learn.bundle import Bundle
 from pmoss.learn.model import DecisionTransformer, DTConfig
-from pmoss.learn.rollout import rollout, snapshot_inputs
+from pmoss.learn.rollout import propose, rollout, snapshot_inputs
 
 N = 256
 
@@ -35,9 +37,9 @@ def machine_64() -> Machine:
                    freq_ghz=2.8, reserved_cpus=default_reserved(cpus, 4))  # fmt: skip
 
 
-def bundle_for(m: Machine) -> Bundle:
+def bundle_for(m: Machine, **model: object) -> Bundle:
     f, k = len(SLICE_FEATURES), len(META_NAMES)
-    cfg = DTConfig(n_slices=N, n_features=f, n_meta=k, dropout=0.0)
+    cfg = DTConfig(n_slices=N, n_features=f, n_meta=k, dropout=0.0, **model)  # type: ignore[arg-type]
     stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * k, meta_std=[1.0] * k,
                   best_return={f"{m.name}|ycsb-c": 1.0}, n_slices=N)  # fmt: skip
     return Bundle(cfg, stats, DecisionTransformer(cfg).state_dict())
@@ -82,6 +84,13 @@ def main() -> None:
     uncached = best_time(lambda: rollout_uncached(b, m, row, model), repeat=1) if "--quick" not in sys.argv else float("nan")
     write_record("inference_rollout_256", "rollout time (greedy, 256 slices, 64 workers, 6L/8H/128D)", cached, "s",
                  "same rollout without KV cache", uncached, target_s=1.0, meets_target=cached <= 1.0)  # fmt: skip
+    critic = bundle_for(m, n_layer=2, n_head=2, n_embd=64, group_hidden=32, use_return=False, value_head=True)  # training/critic-tiny.yaml
+    critic.info["algo"] = "critic"
+    paired = Bundle(b.config, b.stats, b.state_dict, {"algo": "dt"}, critic)
+    settings = {"mode": "best-of-k", "k": 16, "scorer": "critic", "candidates": "samples+heuristics"}
+    ranked = best_time(lambda: propose(paired, m, row, **settings), repeat=2)  # type: ignore[arg-type]
+    write_record("inference_dt_critic_256", "dt-critic best-of-16 + heuristics, critic-ranked (256 slices, 64 workers, 6L/8H/128D + 2L critic)", ranked, "s",
+                 "greedy rollout (same run)", cached, target_s=1.0, meets_target=ranked <= 1.0)  # fmt: skip
     big = machine_1024()
     n_big = 2048  # the slice count default_n_slices gives a 1024-worker machine (2 per worker)
     big_t = best_time(lambda: rollout(b, big, _row(n_big, np.random.default_rng(1)), model=model), repeat=1)

@@ -50,6 +50,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("pmoss.collect.driver", "collect_command"),
     "dataset": ("pmoss.data.dataset", "app"),
     "train": ("pmoss.learn.cli", "train_command"),
+    "attach-critic": ("pmoss.learn.cli", "attach_critic_command"),
     "schedule": ("pmoss.serve.infer", "schedule_command"),
     "evaluate": ("pmoss.evaluate", "evaluate_command"),
     "import-legacy": ("pmoss.collect.legacy", "import_legacy_command"),

@@ -185,15 +185,27 @@ def teacher_forced(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tenso
     [B, N, F], share [B, N] -> (summary [B, N, S], the chosen group's features [B, N, D], every
     group's features at `steps` [B, K] (default: every step) [B, K, G, D])."""
     B, N = groups.shape
+    workers, prev, summary, chosen = _path(groups, feats, share, m)
+    if steps is None:
+        return summary, chosen, groups_at(workers, prev, share, m)
+    sel = lambda x: torch.gather(x, 1, steps.view(B, -1, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))  # noqa: E731
+    return summary, chosen, groups_at(sel(workers), sel(prev), sel(share), m)
+
+
+def _path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """(workers before each step, previous group, summary, chosen group's features) along known groups."""
+    B, N = groups.shape
     workers = exclusive_cumsum(worker_increments(groups, feats, share, N, m))  # [B, N, W, 2+F]
     prev = torch.cat([groups.new_full((B, 1), -1), groups[:, :-1]], 1)
     t = torch.arange(N, device=groups.device).expand(B, N)
     summary = summary_at(workers, share, t, N, m)
     chosen = groups_at(workers, prev, share, m, groups[..., None])[:, :, 0]
-    if steps is None:
-        return summary, chosen, groups_at(workers, prev, share, m)
-    sel = lambda x: torch.gather(x, 1, steps.view(B, -1, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))  # noqa: E731
-    return summary, chosen, groups_at(sel(workers), sel(prev), sel(share), m)
+    return workers, prev, summary, chosen
+
+
+def schedule_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summary [B, N, S], chosen group's features [B, N, D]) of whole schedules: the return model's input."""
+    return _path(groups, feats, share, m)[2:]
 
 
 class RunningState:

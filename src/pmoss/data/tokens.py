@@ -102,6 +102,17 @@ def encode_snapshot(row: dict[str, Any], machine: Machine) -> tuple[np.ndarray, 
     return feats, mask, meta
 
 
+def normalise_snapshot(row: dict[str, Any], machine: Machine, stats: Stats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What a model reads of a raw snapshot: (meta [M], feats [N, F]) normalised by `stats`, and each
+    slice's share of the queries [N]; the one path of inference and of the critic's training inputs."""
+    feats, mask, meta = encode_snapshot(row, machine)
+    feats = (feats - np.asarray(stats.feature_mean)) / np.asarray(stats.feature_std) * mask
+    meta = (meta - np.asarray(stats.meta_mean)) / np.asarray(stats.meta_std)
+    q = np.asarray(row["queries"], dtype=np.float64)
+    share = q / q.sum() if q.sum() > 0 else np.full(len(q), 1 / len(q))
+    return meta.astype(np.float32), feats.astype(np.float32), share
+
+
 def tokenise_rows(rows: list[dict[str, Any]], machines: dict[str, Machine], val: float, test: float,
                   holdout: Holdout | None = None) -> pa.Table:  # fmt: skip
     """Row-dict form of `tokenise_table` (same result); rows follow the raw snapshot schema."""

@@ -33,6 +33,7 @@ class Bundle:
     stats: Stats
     state_dict: dict[str, torch.Tensor]
     info: dict[str, Any] = field(default_factory=dict)  # algo, dataset hash, git commit, metrics
+    critic: Bundle | None = None  # a return model that ranks this policy's candidates (learn/critic.py), in the same file
 
     def model(self) -> DecisionTransformer:
         from pmoss.learn.model import DecisionTransformer
@@ -50,7 +51,8 @@ def untrained_like(bundle: Bundle, seed: int = 0) -> Bundle:
     from pmoss.learn.model import DecisionTransformer
 
     torch.manual_seed(seed)
-    info = {**bundle.info, "control": "untrained (mask-only)"}
+    masks = {k: v for k, v in bundle.info.get("inference", {}).items() if k in ("target_factor", "cap", "load_cap")}  # greedy, no critic
+    info = {**bundle.info, "inference": masks, "control": "untrained (mask-only)"}
     return Bundle(bundle.config, bundle.stats, DecisionTransformer(bundle.config).state_dict(), info)
 
 
@@ -60,21 +62,31 @@ def save_bundle(bundle: Bundle, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    payload = {"config": dataclasses.asdict(bundle.config), "stats": dataclasses.asdict(bundle.stats),
-               "state_dict": bundle.state_dict, "info": bundle.info}  # fmt: skip
+    payload = _payload(bundle)
+    if bundle.critic is not None:
+        payload["critic"] = _payload(bundle.critic)
     torch.save({**payload, "sha256": bundle_digest(payload)}, tmp)
     tmp.replace(path)
 
 
+def _payload(bundle: Bundle) -> dict[str, Any]:
+    return {"config": dataclasses.asdict(bundle.config), "stats": dataclasses.asdict(bundle.stats), "state_dict": bundle.state_dict, "info": bundle.info}
+
+
 def bundle_digest(payload: dict[str, Any]) -> str:
-    """SHA-256 of a bundle's content: its JSON-able parts, then each tensor's name, dtype, shape and bytes."""
+    """SHA-256 of a bundle's content: its JSON-able parts, then each tensor's name, dtype, shape and
+    bytes (an attached critic's after the policy's, named critic.*)."""
     import torch
 
-    plain = {k: v for k, v in payload.items() if k not in ("state_dict", "sha256")}
+    critic = payload.get("critic")
+    plain = {k: v for k, v in payload.items() if k not in ("state_dict", "sha256", "critic")}
+    if critic is not None:
+        plain["critic"] = {k: v for k, v in critic.items() if k != "state_dict"}
     h = hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode())
-    for name in sorted(payload["state_dict"]):
-        t = payload["state_dict"][name].detach().cpu().contiguous().reshape(-1)
-        h.update(f"\n{name}:{t.dtype}:{t.numel()}:{tuple(payload['state_dict'][name].shape)}\n".encode())
+    tensors = {**payload["state_dict"], **({f"critic.{k}": v for k, v in critic["state_dict"].items()} if critic is not None else {})}
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous().reshape(-1)
+        h.update(f"\n{name}:{t.dtype}:{t.numel()}:{tuple(tensors[name].shape)}\n".encode())
         h.update(t.view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
@@ -92,7 +104,9 @@ def load_bundle(path: Path) -> Bundle:
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
         _verify(raw, path)
-        return Bundle(DTConfig(**raw["config"]), Stats(**raw["stats"]), raw["state_dict"], raw.get("info", {}))
+        critic = raw.get("critic")
+        return Bundle(DTConfig(**raw["config"]), Stats(**raw["stats"]), raw["state_dict"], raw.get("info", {}),
+                      Bundle(DTConfig(**critic["config"]), Stats(**critic["stats"]), critic["state_dict"], critic.get("info", {})) if critic else None)
     # a damaged zip or pickle fails in many ways: one line naming the file for all of them
     except (OSError, RuntimeError, KeyError, TypeError, ValueError, AttributeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
         raise ContractError(f"{path}: not a readable P-MOSS model bundle ({brief(e)})") from e

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ALGOS = ("dt", "bc", "cql")
+ALGOS = ("dt", "bc", "cql", "critic")
 
 
 class BCParams(BaseModel):
@@ -22,6 +22,12 @@ class CQLParams(BaseModel):
     gamma: float = Field(1.0, gt=0.0, le=1.0)  # finite horizon of N slices: no discount needed
     tau: float = Field(0.005, gt=0.0, le=1.0)  # Polyak rate of the target network per update
     return_weight: float = Field(0.5, ge=0.0)  # weight of the Monte-Carlo return-to-go regression
+
+
+class CriticParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    contexts: int = Field(4, ge=1)  # raw snapshots of the same cell each schedule is read with (critic.py)
+    snapshots: str | None = None  # the raw snapshot directory they come from (`pmoss train --snapshots`)
 
 
 
@@ -42,5 +48,6 @@ class TrainConfig(BaseModel):
     loss_steps: int | None = 32  # slices per episode whose action loss a training step scores (None: all; validation: all)
     bc: BCParams = BCParams()  # used by --algo bc
     cql: CQLParams = CQLParams()  # used by --algo cql
+    critic: CriticParams = CriticParams()  # used by --algo critic
 
 

@@ -38,6 +38,7 @@ class DTConfig:
     n_meta: int = 15
     group_hidden: int = 64  # width of the pointer head that scores each candidate group
     use_return: bool = True  # False = behaviour cloning on the same backbone
+    value_head: bool = False  # True = the return model (critic.py): one predicted return per whole schedule
 
     @property
     def group_features(self) -> int:
@@ -148,6 +149,8 @@ class DecisionTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.head = GroupHead(cfg)
+        # the critic reads the action tokens' hidden states (last and mean) into one predicted return
+        self.value_head = nn.Sequential(nn.Linear(2 * cfg.n_embd, cfg.n_embd), nn.GELU(), nn.Linear(cfg.n_embd, 1)) if cfg.value_head else None
         self.apply(self._init)
 
     @staticmethod
@@ -180,6 +183,17 @@ class DecisionTransformer(nn.Module):
         if steps is not None:
             h = torch.gather(h, 1, steps[..., None].expand(-1, -1, h.shape[-1]))
         return self.head(h, groups, valid)
+
+    def value(self, meta: torch.Tensor, summary: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """Predicted scaled return [B] of whole schedules (value_head models): meta [B, M], summary
+        [B, N, S] and chosen [B, N, D] of every slice, teacher forced as in `forward`."""
+        assert self.value_head is not None, "value() needs a model built with value_head=True"
+        rtg = torch.zeros(summary.shape[:2], dtype=summary.dtype, device=summary.device)
+        x = self.drop(torch.cat([self.embed_meta(meta).unsqueeze(1), self.step_tokens(rtg, summary, chosen)], dim=1))
+        for block in self.blocks:
+            x = block(x)
+        a = self.ln_f(x[:, 3::3])  # hidden states at the action tokens, [B, N, E]
+        return self.value_head(torch.cat([a[:, -1], a.mean(1)], -1)).squeeze(-1)
 
     def action_token(self, chosen: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
         """Embedding of a slice's chosen group (rollout): chosen [B, D] and that step's summary [B, S] -> [B, 1, E]."""

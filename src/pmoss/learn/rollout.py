@@ -22,7 +22,7 @@ import torch
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.schedule import LOAD_CAP, Schedule
 from pmoss.data.state import RunningState, as_tensors, machine_arrays
-from pmoss.data.tokens import encode_snapshot
+from pmoss.data.tokens import normalise_snapshot
 from pmoss.learn.bundle import Bundle
 
 Mode = Literal["greedy", "sample", "best-of-k"]
@@ -30,13 +30,8 @@ Mode = Literal["greedy", "sample", "best-of-k"]
 
 def snapshot_inputs(bundle: Bundle, machine: Machine, row: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     """Normalised (meta [M], feats [N, F]) and per-slice load shares [N] from a raw snapshot row."""
-    s = bundle.stats
-    feats, mask, meta = encode_snapshot(row, machine)
-    feats = (feats - np.asarray(s.feature_mean)) / np.asarray(s.feature_std) * mask
-    meta = (meta - np.asarray(s.meta_mean)) / np.asarray(s.meta_std)
-    q = np.asarray(row["queries"], dtype=np.float64)
-    share = q / q.sum() if q.sum() > 0 else np.full(len(q), 1 / len(q))
-    return torch.tensor(meta, dtype=torch.float32), torch.tensor(feats, dtype=torch.float32), share
+    meta, feats, share = normalise_snapshot(row, machine, bundle.stats)
+    return torch.from_numpy(meta), torch.from_numpy(feats), share
 
 
 # What the model's head emits, by training algorithm: one rollout loop serves all of them, because
@@ -112,21 +107,53 @@ def rollout(
     return chosen.numpy(), loglik.numpy()
 
 
+Scorer = Literal["likelihood", "critic"]
+# Group heuristics a critic may rank next to the model's samples (`candidates="samples+heuristics"`),
+# generated from the snapshot alone (sn-hot widens the slices it measured hot), as on a real host.
+HEURISTIC_CANDIDATES = ("sn-hot", "sn-numa", "sn-grouped", "sn-spread", "sn-mixed")
+
+
 def propose(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, mode: Mode = "greedy", k: int = 8, temperature: float = 1.0,
     target_factor: float = 2.0, cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0,
-    score: Callable[[Schedule], float] | None = None,
+    score: Callable[[Schedule], float] | None = None, scorer: Scorer = "likelihood", candidates: str = "samples",
 ) -> Schedule:
-    """A validated `learned` schedule. best-of-k ranks k samples by `score` (e.g. a simulator) or by likelihood."""
+    """A validated `learned` schedule. best-of-k ranks the greedy schedule and k samples by `score`
+    (e.g. a simulator, research only), by the attached critic (`scorer="critic"`, runs on a real host;
+    `candidates="samples+heuristics"` adds the group heuristics), or by likelihood."""
     batch = 1 if mode == "greedy" else k if mode == "best-of-k" else 1
     temp = 0.0 if mode == "greedy" else temperature
     actions, loglik = rollout(bundle, machine, row, target_factor=target_factor, batch=batch, temperature=temp, cap=cap, load_cap=load_cap, seed=seed)
     provenance = {"model": bundle.info.get("registered_as") or bundle.info.get("algo", "dt"), "mode": mode, "seed": seed, "target_factor": target_factor}
-    candidates = [Schedule.from_groups(machine, a, **provenance) for a in actions]
-    if len(candidates) == 1:
-        best = candidates[0]
-    elif score is not None:
-        best = max(candidates, key=score)
-    else:
-        best = candidates[int(np.argmax(loglik))]
-    return best.validate_for(machine)
+    found = [Schedule.from_groups(machine, a, **provenance) for a in actions]
+    if len(found) == 1:
+        return found[0].validate_for(machine)
+    if scorer == "critic":
+        return _critic_pick(bundle, machine, row, found, provenance, candidates, target_factor, cap, load_cap)
+    if score is not None:
+        return max(found, key=score).validate_for(machine)
+    return found[int(np.argmax(loglik))].validate_for(machine)
+
+
+def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], samples: list[Schedule], provenance: dict[str, Any], candidates: str,
+                 target_factor: float, cap: float | None, load_cap: float | None) -> Schedule:  # fmt: skip
+    """The candidate the attached critic predicts best: the greedy rollout, the samples and (optionally)
+    the group heuristics; provenance names the pick and the critic's prediction."""
+    from pmoss.contracts.policies import generate
+    from pmoss.learn.critic import predict_returns
+
+    if bundle.critic is None:
+        raise ValueError("scorer 'critic': this model bundle carries no critic (pmoss attach-critic)")
+    if candidates not in ("samples", "samples+heuristics"):
+        raise ValueError(f"candidates: '{candidates}' is not samples or samples+heuristics")
+    greedy, _ = rollout(bundle, machine, row, target_factor=target_factor, cap=cap, load_cap=load_cap)
+    pool = {"greedy": Schedule.from_groups(machine, greedy[0], **provenance), **{f"sample{i}": s for i, s in enumerate(samples)}}
+    if candidates == "samples+heuristics":
+        load = np.asarray(row["queries"], dtype=float)
+        pool |= {kind: generate(kind, machine, len(load), load=load if kind == "sn-hot" else None) for kind in HEURISTIC_CANDIDATES}  # type: ignore[arg-type]
+    names = list(pool)
+    pred = predict_returns(bundle.critic, machine, row, list(pool.values()))
+    pick = names[int(np.argmax(pred))]
+    groups = pool[pick].group_index(machine)
+    info = {**provenance, "scorer": "critic", "candidates": candidates, "pick": pick, "predicted_return": float(pred.max())}
+    return Schedule.from_groups(machine, groups, **info).validate_for(machine)

@@ -60,10 +60,13 @@ class EpisodeArrays(torch.utils.data.Dataset):
     """One split of a tokenised dataset as dense arrays; one item = one episode.
 
     `top_quantile` keeps only the best episodes of each machine x workload (behaviour cloning);
-    `shuffle_returns` permutes return-to-go sequences across episodes (a control that must not help).
+    `shuffle_returns` permutes return-to-go sequences across episodes (a control that must not help);
+    `contexts` K (the critic) makes K items per episode: its schedule and return read with K raw
+    snapshots of the same cell from `snapshots` (critic.py, `snapshot_contexts`).
     """
 
-    def __init__(self, path: Path, split: str, stats: Stats | None = None, top_quantile: float | None = None, shuffle_returns: int | None = None):
+    def __init__(self, path: Path, split: str, stats: Stats | None = None, top_quantile: float | None = None, shuffle_returns: int | None = None,
+                 contexts: int | None = None, snapshots: str | None = None, seed: int = 0):  # fmt: skip
         table, data_stats, machines = load_tokens(path)
         self.stats = stats or data_stats
         s = self.stats
@@ -95,16 +98,29 @@ class EpisodeArrays(torch.utils.data.Dataset):
         if shuffle_returns is not None and self.size:
             perm = np.random.default_rng(shuffle_returns).permutation(self.size)
             self.rtg, self.returns = self.rtg[perm], self.returns[perm]
+        # the snapshot each item is read with: its own episode's, or (critic) other raw snapshots of its cell
+        self.snap_meta, self.snap_feats, self.snap_share = self.meta, self.feats, self.share
+        self.context = np.arange(self.size)[None]
+        if contexts and self.size:
+            from pmoss.learn.critic import snapshot_contexts
+
+            cells = [f"{m}|{w}|{d}" for m, w, d in zip(names, workloads, t["dataset"].to_pylist(), strict=True)]
+            (self.snap_meta, self.snap_feats, self.snap_share), self.context = snapshot_contexts(
+                Path(snapshots or ""), t["episode_id"].to_pylist(), cells, split, s, machines, contexts, seed, path)
 
     def __len__(self) -> int:
-        return self.size
+        return self.size * len(self.context)
 
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, j: int) -> dict[str, torch.Tensor]:
+        k, i = divmod(j, self.size)
+        c = self.context[k, i]  # the snapshot: episode i's own unless contexts were asked for
         return {
-            "meta": torch.from_numpy(self.meta[i]), "feats": torch.from_numpy(self.feats[i]),
-            "actions": torch.from_numpy(self.actions[i]), "share": torch.from_numpy(self.share[i]),
-            "rtg": torch.from_numpy(self.rtg[i]), **self.machine_tensors[self.machine_of[i]],
+            "meta": torch.from_numpy(self.snap_meta[c]), "feats": torch.from_numpy(self.snap_feats[c]),
+            "actions": torch.from_numpy(self.actions[i]), "share": torch.from_numpy(self.snap_share[c]),
+            "rtg": torch.from_numpy(self.rtg[i]), "ret": torch.tensor(self.returns[i], dtype=torch.float32),
+            **self.machine_tensors[self.machine_of[i]],
         }  # fmt: skip
+
 
 
 class StepBatchSampler(torch.utils.data.Sampler[list[int]]):
@@ -161,11 +177,14 @@ def _hush_lightning(quiet: bool = False) -> None:
 def build_datamodule(path: Path, cfg: TrainConfig, stats: Stats | None = None, algo: str = "dt", shuffle_returns: int | None = None):
     L = _lightning()
     top = cfg.bc.top_quantile if algo == "bc" else None
+    ctx = cfg.critic.contexts if algo == "critic" else None
+    if ctx and not cfg.critic.snapshots:
+        raise TrainError("--algo critic: pass --snapshots RAW_DIR (the raw snapshots the dataset was built from)")
 
     class TokensDataModule(L.LightningDataModule):
         def setup(self, stage: str | None = None) -> None:
-            self.train_set = EpisodeArrays(path, "train", stats, top_quantile=top, shuffle_returns=shuffle_returns)
-            self.val_set = EpisodeArrays(path, "val", stats, top_quantile=top, shuffle_returns=shuffle_returns)
+            self.train_set = EpisodeArrays(path, "train", stats, top_quantile=top, shuffle_returns=shuffle_returns, contexts=ctx, snapshots=cfg.critic.snapshots, seed=cfg.seed)
+            self.val_set = EpisodeArrays(path, "val", stats, top_quantile=top, shuffle_returns=shuffle_returns, contexts=ctx, snapshots=cfg.critic.snapshots, seed=cfg.seed + 1)
             if len(self.train_set) == 0:
                 raise TrainError(f"{path}: the training split has no episode; collect more")
 
@@ -227,7 +246,7 @@ def build_learner(algorithm):
 
 def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConfig:
     return DTConfig(**{**cfg.model, "n_slices": stats.n_slices, "n_features": len(stats.feature_names), "n_meta": len(stats.meta_names),
-                       "use_return": algo == "dt"})  # fmt: skip
+                       "use_return": algo == "dt", "value_head": algo == "critic"})  # fmt: skip
 
 
 def git_commit() -> str:

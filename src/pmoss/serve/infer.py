@@ -18,8 +18,8 @@ def schedule_command(
     snapshot: Annotated[Path, typer.Option(help="Raw snapshot Parquet taken under the running schedule.")],
     episode: Annotated[Optional[str], typer.Option(help="Episode id in the snapshot file (default: the first).")] = None,
     machine: Annotated[Optional[str], typer.Option(help="Descriptor file or simulated machine name (default: the snapshot's machine, from the sim pool).")] = None,
-    mode: Annotated[str, typer.Option(help="greedy, sample or best-of-k.")] = "greedy",
-    k: Annotated[int, typer.Option(help="Samples for best-of-k (ranked by likelihood; by the simulator with --score-sim).")] = 8,
+    mode: Annotated[Optional[str], typer.Option(help="greedy, sample or best-of-k (default: the bundle's own inference settings, else greedy).")] = None,
+    k: Annotated[int, typer.Option(help="Samples for best-of-k (ranked by likelihood, by an attached critic, or by the simulator with --score-sim).")] = 8,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     target_factor: Annotated[float, typer.Option(help="Initial return-to-go as a multiple of the best throughput seen (paper: 2).")] = 2.0,
     cap: Annotated[Optional[int], typer.Option(help="At most this many slices per core (default: the fair share, ceil(slices / workers)).")] = None,
@@ -34,7 +34,7 @@ def schedule_command(
     from pmoss.contracts.snapshot import read_raw
     from pmoss.learn.bundle import load_bundle
 
-    if mode not in ("greedy", "sample", "best-of-k"):
+    if mode not in (None, "greedy", "sample", "best-of-k"):
         raise ContractError(f"--mode: '{mode}' is not greedy, sample or best-of-k")
     rows = read_raw(snapshot).to_pylist()
     row = next((r for r in rows if episode in (None, r["episode_id"])), None)
@@ -50,7 +50,9 @@ def schedule_command(
     score = _sim_score(m, row) if score_sim else None
     from pmoss.learn.rollout import propose  # torch: only when scheduling
 
-    sched = propose(bundle, m, row, mode=mode, k=k, temperature=temperature, target_factor=target_factor, cap=cap, score=score)  # type: ignore[arg-type]
+    own = bundle.info.get("inference", {})  # e.g. dt-critic: best-of-k ranked by its critic
+    settings = {**own, "target_factor": target_factor, "cap": cap} if mode is None else {"mode": mode, "k": k, "temperature": temperature, "target_factor": target_factor, "cap": cap}
+    sched = propose(bundle, m, row, score=score, **settings)  # type: ignore[arg-type]
     if output is None:
         typer.echo(json.dumps(sched.model_dump(mode="json")))
     else:

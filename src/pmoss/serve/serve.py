@@ -315,7 +315,7 @@ def _infer_and_enforce(bundle: Bundle, backend: Any, row: dict[str, Any], cfg: S
     from pmoss.learn.rollout import propose
 
     t0 = time.perf_counter()
-    schedule = propose(bundle, backend.machine, row, target_factor=cfg.target_factor)
+    schedule = propose(bundle, backend.machine, row, **{**bundle.info.get("inference", {}), "target_factor": cfg.target_factor})  # a version may carry its own (dt-critic)
     if isinstance(backend, SimBackend):
         backend.advance(time.perf_counter() - t0)
     timeline.add("inference_end", label, row["workload"], schedule="learned")

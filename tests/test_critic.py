@@ -1,0 +1,108 @@
+"""The return model (learn/critic.py): its inputs never include its target's own measurements, it
+trains, travels inside the policy's bundle under the bundle checksum, and ranks candidates at
+inference (scorer critic)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+import torch
+import yaml
+
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.schedule import ANY_WORKER_KINDS
+from pmoss.contracts.snapshot import read_raw
+from pmoss.data.tokens import normalise_snapshot
+from pmoss.learn.bundle import load_bundle
+from pmoss.learn.config import TrainConfig
+from pmoss.learn.rollout import HEURISTIC_CANDIDATES, propose
+from pmoss.learn.train import EpisodeArrays, TrainError, train
+from pmoss.sim import load_sim_machine
+
+BIN = Path(sys.executable).parent
+MACHINE = "intel-skx-4s"
+TINY = {"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "dropout": 0.0}, "batch_size": 8, "lr": 3e-3, "warmup": 2, "val_every": 2, "max_steps": 2}
+
+
+def pmoss(*args: str) -> None:
+    subprocess.run([str(BIN / "pmoss"), *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def sim_data(tmp_path_factory) -> tuple[Path, Path]:
+    """Raw simulated snapshots of one cell (the paper's mix and the shared kinds) and their dataset."""
+    root = tmp_path_factory.mktemp("critic")
+    pool = {"name": "critic-test", "backend": "sim", "machines": [MACHINE], "workloads": ["ycsb-c"], "datasets": ["dense"],
+            "mix": {"sn-grouped": 0.25, "sn-mixed": 0.25, "sn-random": 0.5}, "shared_kinds": ["os-default", "os-interleave", "se-numa", "sn-numa"],
+            "runs_per_shared_kind": 2, "episodes_per_cell": 24, "n_slices": 32, "seed": 0}  # fmt: skip
+    (root / "pool.yaml").write_text(yaml.safe_dump(pool))
+    pmoss("collect", str(root / "pool.yaml"), "--output", str(root / "raw"), "--quiet")
+    pmoss("dataset", "build", str(root / "raw"), "--output", str(root / "data"), "--val", "0.2", "--test", "0")
+    return root / "raw", root / "data"
+
+
+def test_critic_reads_other_snapshots_of_its_cell(sim_data):
+    """A raw row's counters scale with its own throughput: the critic must never be shown them
+    next to its target; half of its snapshots are any-worker ones (the state a host starts from)."""
+    raw, data = sim_data
+    ds = EpisodeArrays(data, "train", contexts=4, snapshots=str(raw), seed=0)
+    assert len(ds) == 4 * ds.size
+    table = read_raw(raw)
+    m = load_sim_machine(MACHINE)
+    shared = table.filter(pc.is_in(table["schedule_kind"], value_set=pc.cast(list(ANY_WORKER_KINDS), "string"))).to_pylist()
+    shared_feats = [normalise_snapshot(r, m, ds.stats)[1] for r in shared]
+    for j in range(len(ds)):
+        k, i = divmod(j, ds.size)
+        c = ds.context[k, i]
+        assert not np.array_equal(ds.snap_feats[c], ds.feats[i]), f"item {j}: episode {i} read with its own snapshot"
+        if k % 2 == 0:
+            assert any(np.allclose(ds.snap_feats[c], f) for f in shared_feats), f"item {j}: context {k} is not an any-worker snapshot"
+        assert float(ds[j]["ret"]) == pytest.approx(ds.returns[i])  # the target is the episode's, not the snapshot's
+
+
+def test_critic_needs_raw_snapshots(sim_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    _, data = sim_data
+    with pytest.raises(TrainError, match="--snapshots"):
+        train(data, tmp_path / "critic", TrainConfig(**TINY), algo="critic", progress=False)
+
+
+def test_critic_attached_ranks_candidates_under_the_bundle_checksum(sim_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    raw, data = sim_data
+    train(data, tmp_path / "base", TrainConfig(**TINY), algo="dt", progress=False)
+    critic = train(data, tmp_path / "critic", TrainConfig(**{**TINY, "critic": {"contexts": 2, "snapshots": str(raw)}}), algo="critic", progress=False)
+    assert critic.config.value_head and not critic.config.use_return
+    with pytest.raises(ContractError, match="not a critic"):
+        pmoss_attach(tmp_path / "base", tmp_path / "base", tmp_path / "bad")
+    pmoss_attach(tmp_path / "base", tmp_path / "critic", tmp_path / "paired")
+    paired = load_bundle(tmp_path / "paired")
+    assert paired.critic is not None and paired.info["inference"]["scorer"] == "critic"
+
+    m = load_sim_machine(MACHINE)
+    row = read_raw(raw).filter(pc.equal(read_raw(raw)["schedule_kind"], "os-default")).to_pylist()[0]
+    s = propose(paired, m, row, **paired.info["inference"])
+    pick = s.provenance["pick"]
+    assert s.kind == "learned" and s.validate_for(m)
+    assert pick in ("greedy", *HEURISTIC_CANDIDATES) or pick.startswith("sample"), pick
+    with pytest.raises(ValueError, match="carries no critic"):
+        propose(load_bundle(tmp_path / "base"), m, row, mode="best-of-k", k=2, scorer="critic")
+
+    # the critic's weights are covered by the bundle's checksum
+    payload = torch.load(tmp_path / "paired" / "model.pt", weights_only=True)
+    name = next(iter(payload["critic"]["state_dict"]))
+    payload["critic"]["state_dict"][name] = payload["critic"]["state_dict"][name] + 1.0
+    torch.save(payload, tmp_path / "paired" / "model.pt")
+    with pytest.raises(ContractError, match="checksum mismatch"):
+        load_bundle(tmp_path / "paired")
+
+
+def pmoss_attach(policy: Path, critic: Path, output: Path) -> None:
+    from pmoss.learn.cli import attach_critic_command
+
+    attach_critic_command(policy, critic=critic, output=output, k=3, temperature=1.0, candidates="samples+heuristics")
