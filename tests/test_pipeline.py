@@ -37,6 +37,7 @@ def _tiny_pipeline(tmp_path: Path, episodes: int, n_slices: int, pretrain_steps:
     params["pretrain"]["max_steps"] = pretrain_steps
     params["finetune"].update(episodes_per_cell=episodes // 2, max_steps=10)
     params["baselines"]["max_steps"] = 10
+    params["critic"].update(max_steps=10, k=4)
     params["evaluate"]["n_slices"] = n_slices
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow/mlflow.db", "DVC_NO_ANALYTICS": "1"}
@@ -53,7 +54,7 @@ def test_dvc_repro_tiny(tmp_path):
     metrics = json.loads((tmp_path / "eval/metrics.json").read_text())
     assert metrics["source"] == "sim" and metrics["n_cells"] == 4
     per = {k: v for k, v in metrics.items() if isinstance(v, dict)}
-    assert set(per) == {"dt-base", "dt-assistant", "bc", "cql", "mask-only"} and set(metrics) == set(per) | {"source", "n_cells"}
+    assert set(per) == {"dt-base", "dt-assistant", "bc", "cql", "dt-critic", "mask-only"} and set(metrics) == set(per) | {"source", "n_cells"}
     assert all(g["vs_best"] > 0 and g["vs_oracle"] > 0 and set(g) == {"vs_best", "vs_one_core", "vs_oracle", "cells_ge_best"} for g in per.values())
     assert len(json.loads((tmp_path / "eval/cells-detail.json").read_text())["cells"]) == 4
     assert (tmp_path / "eval/speedup.png").stat().st_size > 1000
@@ -61,14 +62,14 @@ def test_dvc_repro_tiny(tmp_path):
     shown = run("metrics", "show")
     assert shown.returncode == 0 and "vs_best" in shown.stdout and "ycsb" not in shown.stdout  # headline only
     receipt = json.loads((tmp_path / "eval/registered.json").read_text())
-    best = max(("dt-base", "dt-assistant"), key=lambda p: per[p]["vs_best"])
-    assert receipt["policy"] == best and receipt["versions"] == {"dt-base": 1, "dt-assistant": 2}
+    best = max(("dt-base", "dt-assistant", "dt-critic"), key=lambda p: per[p]["vs_best"])
+    assert receipt["policy"] == best and receipt["versions"] == {"dt-base": 1, "dt-assistant": 2, "dt-critic": 3}
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"], registry_uri=env["MLFLOW_TRACKING_URI"])
     version = client.get_model_version_by_alias("pmoss-dt", "candidate")
     assert int(version.version) == receipt["version"]  # the best-evaluated, not the last registered
-    dataset = {"dt-base": "datasets/offline", "dt-assistant": "datasets/finetune"}[best]
+    dataset = {"dt-base": "datasets/offline", "dt-assistant": "datasets/finetune", "dt-critic": "datasets/offline"}[best]  # dt-critic: its policy's
     assert version.tags["dataset"] == dataset and version.tags["git_commit"] and version.tags["policy"] == best
     assert float(version.tags["eval.vs_best"]) == pytest.approx(per[best]["vs_best"], rel=1e-3)
     again = run("repro")
