@@ -492,6 +492,18 @@ static void exact_read(void *state, uint64_t *values)
         ;
 }
 
+/* A runtime config for the exact-probe tests: the test's probe, batches of `batch` queries. */
+static void probe_config(pm_runtime_config *cfg, const pm_probe_ops *ops, uint64_t seed, unsigned batch)
+{
+    pm_runtime_config_init(cfg);
+    cfg->n_keys = N_KEYS;
+    cfg->seed = seed;
+    cfg->n_slices = N_SLICES;
+    cfg->probe = ops;
+    cfg->batch_queries = batch;
+    cfg->queue_capacity = 256;
+}
+
 static void test_probe_exact(void)
 {
     pm_probe_ops ops = {exact_open, exact_read, free, 2, exact_names};
@@ -506,15 +518,9 @@ static void test_probe_exact(void)
     enum { NS = 6 }; /* queries, nodes, keys, profiled_queries, executed, readings */
     for (unsigned b = 0; b < sizeof batches / sizeof *batches; b++) {
         pm_runtime_config cfg;
-        pm_runtime_config_init(&cfg);
-        cfg.n_keys = N_KEYS;
-        cfg.seed = 7;
-        cfg.n_slices = N_SLICES;
-        cfg.probe = &ops;
-        cfg.batch_queries = batches[b];
+        probe_config(&cfg, &ops, 7, batches[b]);
         cfg.batch_max_wait_us = waits[b];
         cfg.probe_period_us = 0;
-        cfg.queue_capacity = 256;
         pm_runtime *rt;
         CHECK_CREATE(&cfg, &rt);
         char err[256] = "";
@@ -590,14 +596,8 @@ static void test_probe_sampled(void)
     enum { NS = 6 };
     for (unsigned k = 0; k < 2; k++) {
         pm_runtime_config cfg;
-        pm_runtime_config_init(&cfg);
-        cfg.n_keys = N_KEYS;
-        cfg.seed = 9;
-        cfg.n_slices = N_SLICES;
-        cfg.probe = &ops;
-        cfg.batch_queries = 7;
+        probe_config(&cfg, &ops, 9, 7);
         cfg.probe_period_us = periods[k];
-        cfg.queue_capacity = 256;
         pm_runtime *rt;
         CHECK_CREATE(&cfg, &rt);
         char err[256] = "";

@@ -98,18 +98,16 @@ def snapshot_contexts(raw: Path, ids: list[str], cells: list[str], split: str, s
     rows = table.to_pylist()
     if not rows:
         raise ContractError(f"{raw}: no raw snapshot of the dataset's cells ({sorted(wanted)[0]}, ...); pass the directory the dataset was built from")
-    meta, feats, share, by_cell, shared = [], [], [], {}, {}
+    meta, feats, share, all_rows, by_cell, shared = [], [], [], {}, {}, {}
     for r, row in enumerate(rows):
         m_, f_, s_ = normalise_snapshot(row, machines[row["machine"]], stats)
         meta.append(m_), feats.append(f_), share.append(s_.astype(np.float32))
         cell = f"{row['machine']}|{row['workload']}|{row['dataset']}"
+        all_rows.setdefault(cell, []).append(r)
         if split_of(row["episode_id"], val, test) == split or split not in ("train", "val", "test"):
             by_cell.setdefault(cell, []).append(r)
             if row["schedule_kind"] in ANY_WORKER_KINDS:
                 shared.setdefault(cell, []).append(r)
-    all_rows = {}
-    for r, row in enumerate(rows):
-        all_rows.setdefault(f"{row['machine']}|{row['workload']}|{row['dataset']}", []).append(r)
     rng = np.random.default_rng(seed)
     index = np.zeros((k, len(cells)), dtype=np.int64)
     for e, cell in enumerate(cells):
