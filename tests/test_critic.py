@@ -4,6 +4,7 @@ inference (scorer critic)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ import torch
 import yaml
 
 from pmoss.contracts.errors import ContractError
-from pmoss.contracts.schedule import ANY_WORKER_KINDS
+from pmoss.contracts.schedule import ANY_WORKER_KINDS, Schedule
 from pmoss.contracts.snapshot import read_raw
 from pmoss.data.tokens import normalise_snapshot
 from pmoss.learn.bundle import load_bundle
@@ -65,6 +66,17 @@ def test_critic_reads_other_snapshots_of_its_cell(sim_data):
         assert float(ds[j]["ret"]) == pytest.approx(ds.returns[i])  # the target is the episode's, not the snapshot's
 
 
+def test_running_schedule_is_read_back_from_its_snapshot(sim_data):
+    """"Keep what runs" is a dt-critic outcome: every kind's schedule is rebuilt from its raw row."""
+    raw, _ = sim_data
+    m = load_sim_machine(MACHINE)
+    for row in read_raw(raw).to_pylist():
+        s = Schedule.of_snapshot(row).validate_for(m)
+        assert (s.kind, s.node, s.core) == (row["schedule_kind"], row["node"], row["core"])
+        if s.kind not in ANY_WORKER_KINDS:
+            assert s.widths() == (row["width"] or s.widths())
+
+
 def test_critic_needs_raw_snapshots(sim_data, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     _, data = sim_data
@@ -87,9 +99,23 @@ def test_critic_attached_ranks_candidates_under_the_bundle_checksum(sim_data, tm
     m = load_sim_machine(MACHINE)
     row = read_raw(raw).filter(pc.equal(read_raw(raw)["schedule_kind"], "os-default")).to_pylist()[0]
     s = propose(paired, m, row, **paired.info["inference"])
-    pick = s.provenance["pick"]
-    assert s.kind == "learned" and s.validate_for(m)
-    assert pick in ("greedy", *HEURISTIC_CANDIDATES) or pick.startswith("sample"), pick
+    pick, best = s.provenance["pick"], paired.critic.stats.best(MACHINE, "ycsb-c")
+    measured = sum(row["queries"]) / row["window_s"]
+    if pick == "running":  # no candidate predicted above the os-default return the snapshot measured
+        assert s.kind == "os-default" and s.provenance["predicted_return"] * best <= measured
+    else:
+        assert s.kind == "learned" and s.validate_for(m) and s.provenance["predicted_return"] * best > measured
+        assert pick in ("greedy", *HEURISTIC_CANDIDATES) or pick.startswith("sample"), pick
+    # both outcomes, whatever this tiny critic predicts: shift its value head's output
+    def shifted(by: float):
+        weights = {**paired.critic.state_dict, "value_head.2.bias": paired.critic.state_dict["value_head.2.bias"] + by}
+        return dataclasses.replace(paired, critic=dataclasses.replace(paired.critic, state_dict=weights))
+
+    for by, kind in ((-100.0, "os-default"), (100.0, "learned")):
+        s = propose(shifted(by), m, row, **paired.info["inference"])
+        assert s.kind == kind and (s.provenance["pick"] == "running") == (kind == "os-default"), s.provenance
+    # a workload the critic never trained on: no scale to compare its prediction with the measurement
+    assert propose(shifted(-100.0), m, {**row, "workload": "scan"}, **paired.info["inference"]).kind == "learned"
     with pytest.raises(ValueError, match="carries no critic"):
         propose(load_bundle(tmp_path / "base"), m, row, mode="best-of-k", k=2, scorer="critic")
 

@@ -23,7 +23,7 @@ from pmoss.contracts.errors import ContractError
 from pmoss.contracts.groups import groups_of
 from pmoss.contracts.io import atomic_write_text, load_model_with_flags, one_of
 from pmoss.contracts.policies import BASELINE_KINDS, generate
-from pmoss.contracts.schedule import LOAD_CAP, ONE_CORE_KINDS, Schedule, slices_for
+from pmoss.contracts.schedule import ANY_WORKER_KINDS, LOAD_CAP, ONE_CORE_KINDS, Schedule, slices_for
 from pmoss.contracts.workload import DATASETS, WORKLOADS, get_workload
 
 MASK_CONTROL = "mask-only"  # an untrained network under the same inference masks: what the masks alone reach
@@ -266,7 +266,8 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
         m = load_sim_machine(cell.split("|")[0])
         cols = max(len(w) for w in m.workers_by_node)
         grid, count = np.zeros((m.numa_nodes, cols)), np.zeros((m.numa_nodes, cols))
-        members = groups_of(m).member[sched.group_index(m)]  # [N, W]
+        # a schedule a critic kept running (os-default, ...): any worker executes every slice
+        members = np.ones((sched.n_slices, m.n_workers), bool) if sched.kind in ANY_WORKER_KINDS else groups_of(m).member[sched.group_index(m)]
         for i, ws in enumerate(members):
             for w in np.flatnonzero(ws):
                 r, c = m.tile_position[w]
@@ -276,7 +277,7 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
         im = ax.imshow(shown, cmap="viridis", vmin=0, vmax=1, aspect="auto")
         for r in range(m.numa_nodes):
             ax.add_patch(plt.Rectangle((-0.5, r - 0.5), len(m.workers_by_node[r]), 1, fill=False, lw=1.2, ec="k"))
-        ax.set_title(f"{cell} {name} (source=sim)", fontsize=8)
+        ax.set_title(f"{cell} {name}{f' (kept {sched.kind})' if sched.kind in ANY_WORKER_KINDS else ''} (source=sim)", fontsize=8)
         ax.set_ylabel("node", fontsize=7)
         ax.tick_params(labelsize=6)
     fig.colorbar(im, ax=axes[:, 0].tolist(), label="slice key-range position", shrink=0.6)

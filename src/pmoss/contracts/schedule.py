@@ -11,6 +11,7 @@ the runtime and names the first bad slice.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -134,6 +135,14 @@ class Schedule(BaseModel):
         if any(w != "thread" for w in self.widths()) or self.kind in ANY_WORKER_KINDS:
             raise ScheduleError(f"kind: {self.kind} is not one core per slice, so it has no worker actions")
         return [machine.worker_index[c] for c in self.core]
+
+    @classmethod
+    def of_snapshot(cls, row: dict[str, Any]) -> Schedule:
+        """The schedule a raw snapshot row ran (its kind, node/core/width columns and provenance)."""
+        width = row.get("width")
+        width = None if width is None or all(w == "" for w in width) else list(width)
+        return cls(machine=row["machine"], n_slices=row["n_slices"], kind=row["schedule_kind"], node=list(row["node"]), core=list(row["core"]),
+                   width=width, provenance=json.loads(row.get("schedule_provenance") or "{}"))  # fmt: skip
 
     @classmethod
     def from_actions(cls, machine: Machine, actions: list[int], kind: Kind = "learned", **provenance: Any) -> Schedule:

@@ -138,7 +138,9 @@ def propose(
 def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], samples: list[Schedule], provenance: dict[str, Any], candidates: str,
                  target_factor: float, cap: float | None, load_cap: float | None) -> Schedule:  # fmt: skip
     """The candidate the attached critic predicts best: the greedy rollout, the samples and (optionally)
-    the group heuristics; provenance names the pick and the critic's prediction."""
+    the group heuristics, or the running schedule (the snapshot's own) where the critic trained on
+    this machine x workload and predicts no candidate above what the snapshot measured; provenance
+    names the pick and the critic's prediction (scaled by the cell's best training return)."""
     from pmoss.contracts.policies import generate
     from pmoss.learn.critic import predict_returns
 
@@ -154,6 +156,13 @@ def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], samples:
     names = list(pool)
     pred = predict_returns(bundle.critic, machine, row, list(pool.values()))
     pick = names[int(np.argmax(pred))]
-    groups = pool[pick].group_index(machine)
     info = {**provenance, "scorer": "critic", "candidates": candidates, "pick": pick, "predicted_return": float(pred.max())}
-    return Schedule.from_groups(machine, groups, **info).validate_for(machine)
+    # Keep what runs when no candidate is predicted to beat it: the snapshot measured the running
+    # schedule's return; the critic's scale (its training's best return) is known for the cells it trained on.
+    scale = bundle.critic.stats.best_return.get(f"{machine.name}|{row['workload']}")
+    measured = sum(row["queries"]) / row["window_s"]
+    if scale is not None and pred.max() * scale <= measured:
+        running = Schedule.of_snapshot(row)
+        keep = {**info, "pick": "running", "running": running.kind, "running_return": measured / scale}
+        return running.model_copy(update={"provenance": keep}).validate_for(machine)
+    return Schedule.from_groups(machine, pool[pick].group_index(machine), **info).validate_for(machine)

@@ -318,10 +318,11 @@ def _infer_and_enforce(bundle: Bundle, backend: Any, row: dict[str, Any], cfg: S
     schedule = propose(bundle, backend.machine, row, **{**bundle.info.get("inference", {}), "target_factor": cfg.target_factor})  # a version may carry its own (dt-critic)
     if isinstance(backend, SimBackend):
         backend.advance(time.perf_counter() - t0)
-    timeline.add("inference_end", label, row["workload"], schedule="learned")
-    timeline.add("migration_start", label, row["workload"], schedule="learned")
+    # "learned", or the running kind where a critic kept it (rollout._critic_pick)
+    timeline.add("inference_end", label, row["workload"], schedule=schedule.kind)
+    timeline.add("migration_start", label, row["workload"], schedule=schedule.kind)
     report = backend.enforce(schedule)
-    timeline.add("migration_end", label, row["workload"], schedule="learned", **report)
+    timeline.add("migration_end", label, row["workload"], schedule=schedule.kind, **report)
     return schedule
 
 
