@@ -52,7 +52,6 @@ class Pool(BaseModel):
     # machine -> descriptor file for real hosts; absent = `pmoss topology` of the host the episode runs on
     descriptors: dict[str, str] = {}
 
-
     @model_validator(mode="after")
     def _mix(self) -> Pool:
         bad = [k for k in self.mix if k not in ONE_CORE_KINDS or k == "learned"]

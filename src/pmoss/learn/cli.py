@@ -55,9 +55,10 @@ def attach_critic_command(
     `pmoss evaluate`, the registry and `pmoss serve` run it like any model; the critic's time counts."""
     from pmoss.contracts.errors import ContractError
     from pmoss.learn.bundle import load_bundle, save_bundle
+    from pmoss.learn.rollout import CANDIDATE_SETS
 
-    if candidates not in ("samples", "samples+heuristics"):
-        raise typer.BadParameter(f"'{candidates}' is not samples or samples+heuristics", param_hint="--candidates")
+    if candidates not in CANDIDATE_SETS:
+        raise typer.BadParameter(f"'{candidates}' is not one of {', '.join(CANDIDATE_SETS)}", param_hint="--candidates")
     pol, crit = load_bundle(policy), load_bundle(critic)
     if crit.info.get("algo") != "critic":
         raise ContractError(f"--critic {critic}: a '{crit.info.get('algo', 'dt')}' model, not a critic (pmoss train --algo critic)")

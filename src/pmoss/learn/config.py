@@ -30,7 +30,6 @@ class CriticParams(BaseModel):
     snapshots: str | None = None  # the raw snapshot directory they come from (`pmoss train --snapshots`)
 
 
-
 class TrainConfig(BaseModel):
     """training/*.yaml: the model shape and the optimisation schedule."""
 

@@ -111,6 +111,7 @@ Scorer = Literal["likelihood", "critic"]
 # Group heuristics a critic may rank next to the model's samples (`candidates="samples+heuristics"`),
 # generated from the snapshot alone (sn-hot widens the slices it measured hot), as on a real host.
 HEURISTIC_CANDIDATES = ("sn-hot", "sn-numa", "sn-grouped", "sn-spread", "sn-mixed")
+CANDIDATE_SETS = ("samples", "samples+heuristics")
 
 
 def propose(
@@ -146,8 +147,8 @@ def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], samples:
 
     if bundle.critic is None:
         raise ValueError("scorer 'critic': this model bundle carries no critic (pmoss attach-critic)")
-    if candidates not in ("samples", "samples+heuristics"):
-        raise ValueError(f"candidates: '{candidates}' is not samples or samples+heuristics")
+    if candidates not in CANDIDATE_SETS:
+        raise ValueError(f"candidates: '{candidates}' is not one of {', '.join(CANDIDATE_SETS)}")
     greedy, _ = rollout(bundle, machine, row, target_factor=target_factor, cap=cap, load_cap=load_cap)
     pool = {"greedy": Schedule.from_groups(machine, greedy[0], **provenance), **{f"sample{i}": s for i, s in enumerate(samples)}}
     if candidates == "samples+heuristics":

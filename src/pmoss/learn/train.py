@@ -122,7 +122,6 @@ class EpisodeArrays(torch.utils.data.Dataset):
         }  # fmt: skip
 
 
-
 class StepBatchSampler(torch.utils.data.Sampler[list[int]]):
     """An endless stream of batches where batch j is a pure function of (seed, j): resumable at any step.
 
