@@ -132,3 +132,48 @@ def pmoss_attach(policy: Path, critic: Path, output: Path) -> None:
     from pmoss.learn.cli import attach_critic_command
 
     attach_critic_command(policy, critic=critic, output=output, k=3, temperature=1.0, candidates="samples+heuristics")
+
+
+def test_propose_measures_the_candidate_pool_from_training_snapshots(sim_data, tmp_path, monkeypatch):
+    """`pmoss propose`: every distinct candidate inference would rank, from each os-default training
+    snapshot, run once with a training seed as a `learned` episode; resumable; the critic trains on it."""
+    import json
+
+    from pmoss.evaluate import EVAL_SEED_BASE
+    from pmoss.learn.rollout import candidate_pool
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    raw, data = sim_data
+    pool = raw.parent / "pool.yaml"
+    train(data, tmp_path / "base", TrainConfig(**TINY), algo="dt", progress=False)
+    out = tmp_path / "proposals"
+    args = ["propose", str(pool), "--model", str(tmp_path / "base"), "--snapshots", str(raw), "-o", str(out), "--per-cell", "2", "--k", "3", "--quiet"]
+    pmoss(*args)
+    rows = read_raw(out).to_pylist()
+    running = {r["episode_id"]: r for r in read_raw(raw).to_pylist() if r["schedule_kind"] == "os-default"}
+    prov = [json.loads(r["schedule_provenance"]) for r in rows]
+    assert {r["schedule_kind"] for r in rows} == {"learned"} and {p["generator"] for p in prov} == {"pmoss propose"}
+    assert {p["snapshot"] for p in prov} == set(sorted(running)[:2])  # the first two os-default snapshots, by id
+    assert not {r["seed"] for r in rows} & set(range(EVAL_SEED_BASE - 1, EVAL_SEED_BASE + 64))  # never an evaluation seed
+    # snapshot 0's episodes are exactly its distinct candidates (greedy, 3 samples, the heuristics)
+    first = sorted(running)[0]
+    m = load_sim_machine(MACHINE)
+    expected = {(tuple(s.node), tuple(s.core)) for s in candidate_pool(load_bundle(tmp_path / "base"), m, running[first], k=3,
+                                                                        candidates="samples+heuristics", seed=0).values()}  # fmt: skip
+    got = [(tuple(r["node"]), tuple(r["core"])) for r, p in zip(rows, prov, strict=True) if p["snapshot"] == first]
+    assert set(got) == expected and len(got) == len(set(got)), "a candidate missing, or one measured twice"
+    assert {p["candidate"] for p in prov} >= {"greedy", *HEURISTIC_CANDIDATES}
+    # resumable: nothing left to run
+    done = subprocess.run([str(BIN / "pmoss"), *args], capture_output=True, text=True, check=True)
+    assert "0 new proposal" in done.stdout
+    # snapshots without the running kind: the error names the cell
+    bare = subprocess.run([str(BIN / "pmoss"), *args[:5], str(out), *args[6:]], capture_output=True, text=True)
+    assert bare.returncode != 0 and f"no os-default snapshot of {MACHINE}|ycsb-c|dense" in bare.stderr + bare.stdout
+    # the critic's dataset: the offline episodes and the proposals
+    pmoss("dataset", "build", str(raw), str(out), "--output", str(tmp_path / "critic-data"), "--val", "0.2", "--test", "0")
+    critic = train(tmp_path / "critic-data", tmp_path / "critic", TrainConfig(**{**TINY, "critic": {"contexts": 2, "snapshots": str(raw)}}),
+                   algo="critic", progress=False)  # fmt: skip
+    assert critic.info["algo"] == "critic"
+    # a critic proposes nothing: the error names its algo
+    bad = subprocess.run([str(BIN / "pmoss"), *args[:3], str(tmp_path / "critic"), *args[4:]], capture_output=True, text=True)
+    assert bad.returncode != 0 and "algo 'critic' has no rollout" in bad.stderr + bad.stdout

@@ -301,10 +301,16 @@ def collect(pool: Pool, out: Path, progress: bool = True, ray_address: str | Non
     """Run every pending episode of `pool`; returns how many episodes were written (and appends
     their tables to `written_tables` when given)."""
     chunks = plan_chunks(pending(pool, out, source))
+    return run_chunks(chunks, out, f"collect {pool.name}", progress, ray_address, use_ray, wait_s, written_tables)
+
+
+def run_chunks(chunks: list[Chunk], out: Path, desc: str, progress: bool = True, ray_address: str | None = None, use_ray: bool = False,
+               wait_s: float = RAY_WAIT_S, written_tables: list[pa.Table] | None = None) -> int:  # fmt: skip
+    """Run the chunks locally or as Ray tasks and write one file per chunk under `out`; returns the episodes written."""
     remove_stale_temps(out)
     tables = run_ray(chunks, ray_address, wait_s) if use_ray and chunks else run_local(chunks)  # nothing pending: no cluster
     written = 0
-    with tqdm(total=sum(map(len, chunks)), desc=f"collect {pool.name}", unit="ep", disable=not progress) as bar:
+    with tqdm(total=sum(map(len, chunks)), desc=desc, unit="ep", disable=not progress) as bar:
         for table in tables:
             write_chunk(out, table)
             written += table.num_rows

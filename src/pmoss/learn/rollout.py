@@ -114,6 +114,26 @@ HEURISTIC_CANDIDATES = ("sn-hot", "sn-numa", "sn-grouped", "sn-spread", "sn-mixe
 CANDIDATE_SETS = ("samples", "samples+heuristics")
 
 
+def candidate_pool(bundle: Bundle, machine: Machine, row: dict[str, Any], *, k: int, temperature: float = 1.0, target_factor: float = 2.0,
+                   cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0, candidates: str = "samples",
+                   provenance: dict[str, Any] | None = None) -> dict[str, Schedule]:  # fmt: skip
+    """What a scorer ranks, as `learned` schedules by name: the greedy rollout ("greedy"), k samples
+    ("sample<i>") and, with `candidates="samples+heuristics"`, the group heuristics generated from the
+    snapshot (by kind). `pmoss propose` measures the same pool on the testbed for the critic's data."""
+    from pmoss.contracts.policies import generate
+
+    if candidates not in CANDIDATE_SETS:
+        raise ValueError(f"candidates: '{candidates}' is not one of {', '.join(CANDIDATE_SETS)}")
+    kw = {"target_factor": target_factor, "cap": cap, "load_cap": load_cap}
+    greedy, _ = rollout(bundle, machine, row, **kw)
+    samples, _ = rollout(bundle, machine, row, batch=k, temperature=temperature, seed=seed, **kw)
+    pool = {"greedy": greedy[0], **{f"sample{i}": a for i, a in enumerate(samples)}}
+    if candidates == "samples+heuristics":
+        load = np.asarray(row["queries"], dtype=float)
+        pool |= {kind: generate(kind, machine, len(load), load=load if kind == "sn-hot" else None).group_index(machine) for kind in HEURISTIC_CANDIDATES}  # type: ignore[arg-type]
+    return {name: Schedule.from_groups(machine, groups, **(provenance or {})) for name, groups in pool.items()}
+
+
 def propose(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, mode: Mode = "greedy", k: int = 8, temperature: float = 1.0,
     target_factor: float = 2.0, cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0,
@@ -122,42 +142,35 @@ def propose(
     """A validated `learned` schedule. best-of-k ranks the greedy schedule and k samples by `score`
     (e.g. a simulator, research only), by the attached critic (`scorer="critic"`, runs on a real host;
     `candidates="samples+heuristics"` adds the group heuristics), or by likelihood."""
-    batch = 1 if mode == "greedy" else k if mode == "best-of-k" else 1
+    provenance = {"model": bundle.info.get("registered_as") or bundle.info.get("algo", "dt"), "mode": mode, "seed": seed, "target_factor": target_factor}
+    if mode == "best-of-k" and scorer == "critic":
+        if bundle.critic is None:
+            raise ValueError("scorer 'critic': this model bundle carries no critic (pmoss attach-critic)")
+        pool = candidate_pool(bundle, machine, row, k=k, temperature=temperature, target_factor=target_factor, cap=cap, load_cap=load_cap,
+                              seed=seed, candidates=candidates, provenance=provenance)  # fmt: skip
+        return _critic_pick(bundle, machine, row, pool, {**provenance, "scorer": "critic", "candidates": candidates})
+    batch = k if mode == "best-of-k" else 1
     temp = 0.0 if mode == "greedy" else temperature
     actions, loglik = rollout(bundle, machine, row, target_factor=target_factor, batch=batch, temperature=temp, cap=cap, load_cap=load_cap, seed=seed)
-    provenance = {"model": bundle.info.get("registered_as") or bundle.info.get("algo", "dt"), "mode": mode, "seed": seed, "target_factor": target_factor}
     found = [Schedule.from_groups(machine, a, **provenance) for a in actions]
     if len(found) == 1:
         return found[0].validate_for(machine)
-    if scorer == "critic":
-        return _critic_pick(bundle, machine, row, found, provenance, candidates, target_factor, cap, load_cap)
     if score is not None:
         return max(found, key=score).validate_for(machine)
     return found[int(np.argmax(loglik))].validate_for(machine)
 
 
-def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], samples: list[Schedule], provenance: dict[str, Any], candidates: str,
-                 target_factor: float, cap: float | None, load_cap: float | None) -> Schedule:  # fmt: skip
-    """The candidate the attached critic predicts best: the greedy rollout, the samples and (optionally)
-    the group heuristics, or the running schedule (the snapshot's own) where the critic trained on
-    this machine x workload and predicts no candidate above what the snapshot measured; provenance
-    names the pick and the critic's prediction (scaled by the cell's best training return)."""
-    from pmoss.contracts.policies import generate
+def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], pool: dict[str, Schedule], info: dict[str, Any]) -> Schedule:
+    """The candidate the attached critic predicts best, or the running schedule (the snapshot's own)
+    where the critic trained on this machine x workload and predicts no candidate above what the
+    snapshot measured; provenance names the pick and the critic's prediction (scaled by the cell's
+    best training return)."""
     from pmoss.learn.critic import predict_returns
 
-    if bundle.critic is None:
-        raise ValueError("scorer 'critic': this model bundle carries no critic (pmoss attach-critic)")
-    if candidates not in CANDIDATE_SETS:
-        raise ValueError(f"candidates: '{candidates}' is not one of {', '.join(CANDIDATE_SETS)}")
-    greedy, _ = rollout(bundle, machine, row, target_factor=target_factor, cap=cap, load_cap=load_cap)
-    pool = {"greedy": Schedule.from_groups(machine, greedy[0], **provenance), **{f"sample{i}": s for i, s in enumerate(samples)}}
-    if candidates == "samples+heuristics":
-        load = np.asarray(row["queries"], dtype=float)
-        pool |= {kind: generate(kind, machine, len(load), load=load if kind == "sn-hot" else None) for kind in HEURISTIC_CANDIDATES}  # type: ignore[arg-type]
     names = list(pool)
     pred = predict_returns(bundle.critic, machine, row, list(pool.values()))
     pick = names[int(np.argmax(pred))]
-    info = {**provenance, "scorer": "critic", "candidates": candidates, "pick": pick, "predicted_return": float(pred.max())}
+    info = {**info, "pick": pick, "predicted_return": float(pred.max())}
     # Keep what runs when no candidate is predicted to beat it: the snapshot measured the running
     # schedule's return; the critic's scale (its training's best return) is known for the cells it trained on.
     scale = bundle.critic.stats.best_return.get(f"{machine.name}|{row['workload']}")
@@ -166,4 +179,4 @@ def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], samples:
         running = Schedule.of_snapshot(row)
         keep = {**info, "pick": "running", "running": running.kind, "running_return": measured / scale}
         return running.model_copy(update={"provenance": keep}).validate_for(machine)
-    return Schedule.from_groups(machine, pool[pick].group_index(machine), **info).validate_for(machine)
+    return pool[pick].model_copy(update={"provenance": info}).validate_for(machine)
