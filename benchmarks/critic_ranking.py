@@ -1,0 +1,86 @@
+"""How well does a critic rank dt-critic's candidates? (research harness, source=sim)
+
+Per cell of an evaluation set: the candidate pool dt-critic ranks (the policy's greedy schedule,
+k samples, the group heuristics; `rollout.candidate_pool`), every candidate measured on the
+evaluation seeds next to every baseline (the same `evaluate.measure` the evaluation uses), then
+each critic's pick with the keep-what-runs rule, as throughput / the cell's best baseline, and the
+rank correlation of its predictions with the measurements. Also the candidate set's upper bound
+(the best candidate by measurement: what a perfect ranker would serve; not servable). Measuring
+every candidate on evaluation seeds is for this comparison only, never for a served pick.
+
+    python benchmarks/critic_ranking.py datasets/pools/eval-paper.yaml --policy models/base \
+        --critic models/critic [--critic other/critic ...] [--n-slices 128] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy.stats import spearmanr
+
+from pmoss.contracts.policies import generate
+from pmoss.contracts.schedule import Schedule
+from pmoss.evaluate import EvalConfig, cell_snapshot, measure
+from pmoss.learn.bundle import load_bundle
+from pmoss.learn.critic import predict_returns
+from pmoss.learn.rollout import candidate_pool
+from pmoss.sim import load_sim_machine
+
+
+def pick(critic, machine, row, pool: dict[str, Schedule]) -> str:
+    """dt-critic's rule (rollout._critic_pick): the best prediction, or 'running' where it is not above the measured return."""
+    pred = predict_returns(critic, machine, row, list(pool.values()))
+    scale = critic.stats.best_return.get(f"{machine.name}|{row['workload']}")
+    if scale is not None and pred.max() * scale <= sum(row["queries"]) / row["window_s"]:
+        return "running"
+    return list(pool)[int(np.argmax(pred))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("eval_set", type=Path)
+    ap.add_argument("--policy", type=Path, required=True)
+    ap.add_argument("--critic", type=Path, action="append", required=True)
+    ap.add_argument("--k", type=int, default=16)
+    ap.add_argument("--n-slices", type=int, default=128)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    cfg = EvalConfig.model_validate({**yaml.safe_load(a.eval_set.read_text()), "n_slices": a.n_slices})
+    policy, critics = load_bundle(a.policy), [load_bundle(c) for c in a.critic]
+    cells, logs = {}, {"upper bound": [], **{str(c): [] for c in a.critic}}
+    for name in cfg.machines:
+        m = load_sim_machine(name)
+        for w in cfg.workloads:
+            row = cell_snapshot(m, w, cfg)
+            load = np.asarray(row["queries"], dtype=float)
+            pool = candidate_pool(policy, m, row, k=a.k, candidates="samples+heuristics")
+            base = {k: generate(k, m, cfg.n_slices, load=load if k == "sn-hot" else None) for k in cfg.baselines}
+            q = measure(m, w, {**base, **pool}, cfg)
+            best = max(q[k] for k in cfg.baselines)
+            q["running"] = q["os-default"]  # the evaluation's snapshot runs os-default
+            truth = np.array([q[n] for n in pool])
+            cell = {"upper bound": max(max(truth), q["running"]) / best}
+            for path, c in zip(a.critic, critics, strict=True):
+                chosen = pick(c, m, row, pool)
+                rho = spearmanr(predict_returns(c, m, row, list(pool.values())), truth).statistic
+                cell[str(path)] = {"pick": chosen, "vs_best_baseline": q[chosen] / best, "spearman": float(rho)}
+            cells[f"{name}|{w}"] = cell
+            logs["upper bound"].append(math.log(cell["upper bound"]))
+            for path in a.critic:
+                logs[str(path)].append(math.log(cell[str(path)]["vs_best_baseline"]))
+            print(f"{name}|{w:14s} upper {cell['upper bound']:.3f}  " + "  ".join(
+                f"{v['pick']}={v['vs_best_baseline']:.3f} (rho {v['spearman']:+.2f})" for k, v in cell.items() if k != "upper bound"), flush=True)
+    summary = {k: {"geo_mean_vs_best_baseline": math.exp(np.mean(v)), "cells_ge_best": int(sum(x >= -1e-9 for x in v))} for k, v in logs.items()}
+    for k, v in summary.items():
+        print(f"{k}: geo-mean {v['geo_mean_vs_best_baseline']:.4f}, cells >= best {v['cells_ge_best']} of {len(cells)}  (source=sim)")
+    if a.out:
+        a.out.write_text(json.dumps({"source": "sim", "eval_set": str(a.eval_set), "policy": str(a.policy), "summary": summary, "cells": cells}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
