@@ -24,21 +24,10 @@ import yaml
 from scipy.stats import spearmanr
 
 from pmoss.contracts.policies import generate
-from pmoss.contracts.schedule import Schedule
 from pmoss.evaluate import EvalConfig, cell_snapshot, measure
 from pmoss.learn.bundle import load_bundle
-from pmoss.learn.critic import predict_returns
-from pmoss.learn.rollout import candidate_pool
+from pmoss.learn.rollout import candidate_pool, critic_choice
 from pmoss.sim import load_sim_machine
-
-
-def pick(critic, machine, row, pool: dict[str, Schedule]) -> str:
-    """dt-critic's rule (rollout._critic_pick): the best prediction, or 'running' where it is not above the measured return."""
-    pred = predict_returns(critic, machine, row, list(pool.values()))
-    scale = critic.stats.best_return.get(f"{machine.name}|{row['workload']}")
-    if scale is not None and pred.max() * scale <= sum(row["queries"]) / row["window_s"]:
-        return "running"
-    return list(pool)[int(np.argmax(pred))]
 
 
 def main() -> None:
@@ -66,8 +55,8 @@ def main() -> None:
             truth = np.array([q[n] for n in pool])
             cell = {"upper bound": max(max(truth), q["running"]) / best}
             for path, c in zip(a.critic, critics, strict=True):
-                chosen = pick(c, m, row, pool)
-                rho = spearmanr(predict_returns(c, m, row, list(pool.values())), truth).statistic
+                chosen, pred = critic_choice(c, m, row, pool)  # dt-critic's own rule, keep-what-runs included
+                rho = spearmanr(pred, truth).statistic
                 cell[str(path)] = {"pick": chosen, "vs_best_baseline": q[chosen] / best, "spearman": float(rho)}
             cells[f"{name}|{w}"] = cell
             logs["upper bound"].append(math.log(cell["upper bound"]))

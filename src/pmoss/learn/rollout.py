@@ -160,23 +160,29 @@ def propose(
     return found[int(np.argmax(loglik))].validate_for(machine)
 
 
-def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], pool: dict[str, Schedule], info: dict[str, Any]) -> Schedule:
-    """The candidate the attached critic predicts best, or the running schedule (the snapshot's own)
-    where the critic trained on this machine x workload and predicts no candidate above what the
-    snapshot measured; provenance names the pick and the critic's prediction (scaled by the cell's
-    best training return)."""
+def critic_choice(critic: Bundle, machine: Machine, row: dict[str, Any], pool: dict[str, Schedule]) -> tuple[str, np.ndarray]:
+    """dt-critic's rule: the name of the candidate the critic predicts best, or "running" where the
+    critic trained on this machine x workload and predicts no candidate above the return the snapshot
+    measured; and the predictions [K] (scaled by the cell's best training return)."""
     from pmoss.learn.critic import predict_returns
 
-    names = list(pool)
-    pred = predict_returns(bundle.critic, machine, row, list(pool.values()))
-    pick = names[int(np.argmax(pred))]
-    info = {**info, "pick": pick, "predicted_return": float(pred.max())}
+    pred = predict_returns(critic, machine, row, list(pool.values()))
     # Keep what runs when no candidate is predicted to beat it: the snapshot measured the running
     # schedule's return; the critic's scale (its training's best return) is known for the cells it trained on.
-    scale = bundle.critic.stats.best_return.get(f"{machine.name}|{row['workload']}")
-    measured = sum(row["queries"]) / row["window_s"]
-    if scale is not None and pred.max() * scale <= measured:
+    scale = critic.stats.best_return.get(f"{machine.name}|{row['workload']}")
+    if scale is not None and pred.max() * scale <= sum(row["queries"]) / row["window_s"]:
+        return "running", pred
+    return list(pool)[int(np.argmax(pred))], pred
+
+
+def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], pool: dict[str, Schedule], info: dict[str, Any]) -> Schedule:
+    """The critic's choice (`critic_choice`) as a validated schedule; provenance names the pick and
+    the critic's best prediction."""
+    pick, pred = critic_choice(bundle.critic, machine, row, pool)
+    info = {**info, "pick": pick, "predicted_return": float(pred.max())}
+    if pick == "running":
         running = Schedule.of_snapshot(row)
-        keep = {**info, "pick": "running", "running": running.kind, "running_return": measured / scale}
+        scale = bundle.critic.stats.best_return[f"{machine.name}|{row['workload']}"]
+        keep = {**info, "running": running.kind, "running_return": sum(row["queries"]) / row["window_s"] / scale}
         return running.model_copy(update={"provenance": keep}).validate_for(machine)
     return pool[pick].model_copy(update={"provenance": info}).validate_for(machine)

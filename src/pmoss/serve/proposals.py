@@ -30,17 +30,15 @@ RUNNING = "os-default"  # the kind whose snapshots the proposals are made from (
 def snapshots_of(raw: pa.Table, pool: Pool, n_slices: int, per_cell: int) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
     """The first `per_cell` os-default snapshots (by episode id) of each pool cell at the model's
     slice count; a cell without one is an error that names it."""
+    running: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in raw.filter(pc.and_(pc.equal(raw["schedule_kind"], RUNNING), pc.equal(raw["n_slices"], n_slices))).to_pylist():
+        running.setdefault((r["machine"], r["workload"], r["dataset"]), []).append(r)
     out = {}
-    for machine in pool.machines:
-        for workload in pool.workloads:
-            for dataset in pool.datasets:
-                sel = pc.and_(pc.and_(pc.equal(raw["machine"], machine), pc.equal(raw["workload"], workload)),
-                              pc.and_(pc.equal(raw["dataset"], dataset), pc.equal(raw["schedule_kind"], RUNNING)))  # fmt: skip
-                rows = sorted((r for r in raw.filter(sel).to_pylist() if r["n_slices"] == n_slices), key=lambda r: r["episode_id"])
-                if not rows:
-                    raise CollectError(f"--snapshots: no {RUNNING} snapshot of {machine}|{workload}|{dataset} with {n_slices} slices "
-                                       f"(collect the pool with '{RUNNING}' in shared_kinds and --n-slices {n_slices})")  # fmt: skip
-                out[(machine, workload, dataset)] = rows[:per_cell]
+    for cell in ((m, w, d) for m in pool.machines for w in pool.workloads for d in pool.datasets):
+        if cell not in running:
+            raise CollectError(f"--snapshots: no {RUNNING} snapshot of {'|'.join(cell)} with {n_slices} slices "
+                               f"(collect the pool with '{RUNNING}' in shared_kinds and --n-slices {n_slices})")  # fmt: skip
+        out[cell] = sorted(running[cell], key=lambda r: r["episode_id"])[:per_cell]
     return out
 
 
@@ -56,7 +54,7 @@ def proposal_chunks(bundle: Any, pool: Pool, snapshots: dict[tuple[str, str, str
     for (machine, workload, dataset), rows in snapshots.items():
         for i, row in enumerate(rows):
             provenance = {"generator": "pmoss propose", "model": model_name, "snapshot": row["episode_id"]}
-            found = candidate_pool(bundle, machines[machine], row, k=k, candidates=candidates, seed=i, provenance=provenance, **settings)
+            found = candidate_pool(bundle, machines[machine], row, k=k, candidates=candidates, seed=i, **settings)
             seen: set[tuple] = set()
             for name, schedule in found.items():
                 key = (tuple(schedule.node), tuple(schedule.core), tuple(schedule.widths()))
