@@ -35,7 +35,7 @@ def _tiny_pipeline(tmp_path: Path, episodes: int, n_slices: int, pretrain_steps:
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
     params["offline"].update(episodes_per_cell=episodes, n_slices=n_slices)
     params["pretrain"]["max_steps"] = pretrain_steps
-    params["finetune"].update(episodes_per_cell=episodes // 2, max_steps=10)
+    params["finetune"].update(episodes_per_cell=episodes // 2, max_steps=10, critic_steps=10)
     params["baselines"]["max_steps"] = 10
     params["critic"].update(max_steps=10, k=4)
     params["evaluate"]["n_slices"] = n_slices
