@@ -19,6 +19,7 @@ import torch
 
 from pmoss.bench import best_time, write_record
 from pmoss.contracts.machine import Caches, Cpu, Machine, default_reserved
+from pmoss.contracts.policies import generate
 from pmoss.contracts.snapshot import SLICE_FEATURES
 from pmoss.data.state import as_tensors, machine_arrays, teacher_forced
 from pmoss.data.tokens import META_NAMES, Stats
@@ -67,9 +68,12 @@ def rollout_uncached(b: Bundle, m: Machine, row: dict, model: torch.nn.Module) -
         groups[0, t] = model(meta[None], rtg[:, : t + 1], summary, chosen, every, mt["m_group_valid"], torch.tensor([[t]]))[0, 0].argmax()
 
 
-def _row(n: int, rng: np.random.Generator) -> dict:
-    return {"n_slices": n, "window_s": 1.0, "queries": rng.integers(1, 1000, n).tolist(),
-            **{f: rng.uniform(0, 1e6, n).tolist() for f in SLICE_FEATURES},
+def _row(m: Machine, n: int, rng: np.random.Generator) -> dict:
+    """A snapshot under os-default with random counters (dt-critic's keep rule reads its schedule)."""
+    running = generate("os-default", m, n)
+    return {"machine": m.name, "workload": "ycsb-c", "n_slices": n, "window_s": 1.0, "schedule_kind": running.kind,
+            "node": running.node, "core": running.core, "width": None, "schedule_provenance": "{}",
+            "queries": rng.integers(1, 1000, n).tolist(), **{f: rng.uniform(0, 1e6, n).tolist() for f in SLICE_FEATURES},
             "imc_read_bytes": None, "imc_write_bytes": None, "link_in_bytes": None, "link_out_bytes": None}  # fmt: skip
 
 
@@ -79,7 +83,7 @@ def main() -> None:
     m = machine_64()
     b = bundle_for(m)
     model = b.model()
-    row = _row(N, np.random.default_rng(0))
+    row = _row(m, N, np.random.default_rng(0))
     cached = best_time(lambda: rollout(b, m, row, model=model), repeat=3)
     uncached = best_time(lambda: rollout_uncached(b, m, row, model), repeat=1) if "--quick" not in sys.argv else float("nan")
     write_record("inference_rollout_256", "rollout time (greedy, 256 slices, 64 workers, 6L/8H/128D)", cached, "s",
@@ -93,7 +97,7 @@ def main() -> None:
                  "greedy rollout (same run)", cached, target_s=1.0, meets_target=ranked <= 1.0)  # fmt: skip
     big = machine_1024()
     n_big = 2048  # the slice count default_n_slices gives a 1024-worker machine (2 per worker)
-    big_t = best_time(lambda: rollout(b, big, _row(n_big, np.random.default_rng(1)), model=model), repeat=1)
+    big_t = best_time(lambda: rollout(b, big, _row(big, n_big, np.random.default_rng(1)), model=model), repeat=1)
     write_record("inference_rollout_1024_workers", f"rollout time (greedy, {n_big} slices, 16 nodes x 64 workers, 6L/8H/128D)", big_t, "s",
                  "256 slices on 64 workers (same run)", cached, groups=len(machine_arrays(big).group_node))  # fmt: skip
 

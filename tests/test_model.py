@@ -101,6 +101,17 @@ def test_kv_rollout_matches_full_forward():
     assert torch.equal(logits.argmax(-1), groups)
 
 
+def test_greedy_first_batches_the_greedy_rollout_with_samples():
+    """dt-critic's candidates in one batched pass: row 0 is the greedy rollout, the rest sample."""
+    m = small_machine(nodes=2, cpus_per_node=6)
+    b = _bundle(m, seed=3)
+    row = _row(np.random.default_rng(0))
+    greedy, _ = rollout(b, m, row)
+    batched, _ = rollout(b, m, row, batch=5, temperature=1.0, greedy_first=True)
+    assert np.array_equal(batched[0], greedy[0])
+    assert any(not np.array_equal(batched[i], greedy[0]) for i in range(1, 5))
+
+
 def test_propose_valid_schedule_and_cap(tmp_path):
     m = small_machine(nodes=2, cpus_per_node=6)
     b = _bundle(m)

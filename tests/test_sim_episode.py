@@ -46,6 +46,23 @@ def test_deterministic_by_seed_and_noisy_across_seeds(snb):
     assert abs(a["throughput_qps"] / mean - 1) < 0.15
 
 
+def test_noise_follows_the_placement_not_the_kind_name(snb):
+    """One placement under two kind names (a `learned` pick of a heuristic's groups) reads the same
+    on the same seed and run; another placement, seed or run reads differently."""
+    s = generate("sn-grouped", snb, N, 0)
+    same = Schedule.from_groups(snb, s.group_index(snb), model="test")
+    a, b = simulate_batch(snb, "ycsb-a", "uniform", [s, same], seeds=3, run_indices=1, **KW)
+    assert same.kind == "learned" and a["episode_id"] != b["episode_id"]
+    assert a["throughput_qps"] == b["throughput_qps"] and np.array_equal(a["llc_misses"], b["llc_misses"])
+    other = generate("sn-spread", snb, N, 0)
+    c, d, e = simulate_batch(snb, "ycsb-a", "uniform", [other, s, s], seeds=[3, 4, 3], run_indices=[1, 1, 2], **KW)
+    assert len({a["throughput_qps"], d["throughput_qps"], e["throughput_qps"]}) == 3
+    interleaved = generate("os-interleave", snb, N, 0)
+    se = Schedule(**{**interleaved.model_dump(), "kind": "se-numa", "node": list(s.node)})  # same workers, other memory policy
+    f, g = simulate_batch(snb, "ycsb-a", "uniform", [interleaved, se], seeds=3, run_indices=1, **KW)
+    assert f["throughput_qps"] != g["throughput_qps"]
+
+
 def test_counters_are_consistent(snb):
     scheds = [generate("sn-spread", snb, N, 0), generate("os-interleave", snb, N, 0)]
     one, shared = simulate_batch(snb, "scan", "dense", scheds, seeds=3, n_records=5_000_000)  # > the L3s

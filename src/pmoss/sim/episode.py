@@ -2,12 +2,14 @@
 
 `simulate` gives one row, `simulate_batch` many (same machine, workload and dataset) through one
 vectorised model call. Counters are raw counts over the window derived from the model's per-query
-quantities (docs/machine-model.md §11), with seeded multiplicative noise; a counter the simulated
-vendor's PMU lacks is null and named in `unavailable`.
+quantities (docs/machine-model.md §11), with multiplicative noise seeded by what runs (placement,
+seed, run index: `noise_key`); a counter the simulated vendor's PMU lacks is null and named in
+`unavailable`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ import numpy as np
 from pmoss import __version__
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.machine import Machine
-from pmoss.contracts.schedule import ONE_CORE_KINDS, Schedule
+from pmoss.contracts.schedule import ANY_WORKER_KINDS, ONE_CORE_KINDS, Schedule
 from pmoss.contracts.snapshot import (
     CORE_FEATURES,
     OFFCORE_LINK,
@@ -186,9 +188,20 @@ def simulate_batch(machine: Machine | str, workload: Workload | str, dataset: st
     _, prof, sol, d = model_run(inp, pl, schedules[0].n_slices, _first_touch(schedules))
     ids = [episode_id(inp.machine.name, inp.workload.name, inp.dataset, s.node, s.core, s.kind, sd, r, s.width)
            for s, sd, r in zip(schedules, seeds, runs, strict=True)]  # fmt: skip
-    rng = [np.random.default_rng([int(i, 16), sd]) for i, sd in zip(ids, seeds, strict=True)]
+    keys = [noise_key(inp, s, pl.exec_group[b], sd, r) for b, (s, sd, r) in enumerate(zip(schedules, seeds, runs, strict=True))]
+    rng = [np.random.default_rng([k, sd]) for k, sd in zip(keys, seeds, strict=True)]
     counts = episode_counts(hw, prof, pl, sol, d, inp.window_s, rng if noise else None)
     return _rows(inp, schedules, seeds, runs, ids, counts)
+
+
+def noise_key(inp: Inputs, schedule: Schedule, exec_group: np.ndarray, seed: int, run_index: int) -> int:
+    """The noise stream of one run: keyed on what the machine runs (memory policy, per-slice node
+    and execution group), the seed and the run index, never on the schedule's name, so one
+    placement measured under two kind names (a `learned` pick of a heuristic's groups) reads the
+    same. Memory policy is the kind only where the kind decides where pages go."""
+    memory = schedule.kind if schedule.kind in ANY_WORKER_KINDS else "nodes"
+    parts = [inp.machine.name, inp.workload.name, inp.dataset, memory, list(map(int, schedule.node)), exec_group.tolist(), seed, run_index]
+    return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24], 16)
 
 
 def _first_touch(schedules: Sequence[Schedule]) -> np.ndarray:
