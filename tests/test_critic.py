@@ -66,6 +66,37 @@ def test_critic_reads_other_snapshots_of_its_cell(sim_data):
         assert float(ds[j]["ret"]) == pytest.approx(ds.returns[i])  # the target is the episode's, not the snapshot's
 
 
+def test_grouped_items_are_one_decisions_candidates(sim_data):
+    """critic.group M: an item is M schedules of one cell read with one snapshot (what dt-critic
+    ranks at inference), its first the item's own episode, drawn the same on every read (resume)."""
+    raw, data = sim_data
+    flat = EpisodeArrays(data, "train", contexts=2, snapshots=str(raw), seed=0)
+    ds = EpisodeArrays(data, "train", contexts=2, snapshots=str(raw), seed=0, group=4)
+    assert len(ds) == len(flat)
+    ds.cell_of = ["odd" if i % 2 else "even" for i in range(ds.size)]  # two cells, to see that partners stay in theirs
+    ds.members = {c: [i for i in range(ds.size) if ds.cell_of[i] == c] for c in ("odd", "even")}
+    for j in range(len(ds)):
+        item, own = ds[j], flat[j]
+        assert item["actions"].shape == (4, *own["actions"].shape) and item["ret"].shape == (4,)
+        for key in ("meta", "feats", "share"):  # one snapshot for the whole group: the item's own context
+            assert all(torch.equal(item[key][r], own[key]) for r in range(4)), (j, key)
+        assert torch.equal(item["actions"][0], own["actions"]) and float(item["ret"][0]) == float(own["ret"])
+        rows = {int(r) for ret in item["ret"] for r in np.flatnonzero(np.isclose(ds.returns, float(ret), rtol=0, atol=1e-6))}
+        assert {ds.cell_of[r] for r in rows} == {ds.cell_of[j % ds.size]}, j
+        assert torch.equal(ds[j]["actions"], item["actions"])  # a pure function of the item
+
+
+def test_rank_loss_scores_the_order_within_a_group():
+    from pmoss.learn.critic import pairwise_rank_loss
+
+    target = torch.tensor([[0.9, 0.5, 0.7, 0.7]])
+    right, wrong = torch.tensor([[0.3, 0.1, 0.2, 0.25]]), torch.tensor([[0.1, 0.3, 0.2, 0.15]])
+    assert pairwise_rank_loss(right, target, 0.02) < 0.1 < pairwise_rank_loss(wrong, target, 0.02)
+    assert float(pairwise_rank_loss(right + 5.0, target, 0.02)) == pytest.approx(float(pairwise_rank_loss(right, target, 0.02)), rel=1e-4)  # order, not level
+    tied = torch.tensor([[0.3, 0.1, 0.2, 0.1]])  # the two 0.7s are not ordered: swapping their predictions changes nothing
+    assert float(pairwise_rank_loss(tied, target, 0.02)) == pytest.approx(float(pairwise_rank_loss(tied[:, [0, 1, 3, 2]], target, 0.02)))
+
+
 def test_running_schedule_is_read_back_from_its_snapshot(sim_data):
     """"Keep what runs" is a dt-critic outcome: every kind's schedule is rebuilt from its raw row."""
     raw, _ = sim_data
@@ -88,8 +119,10 @@ def test_critic_attached_ranks_candidates_under_the_bundle_checksum(sim_data, tm
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     raw, data = sim_data
     train(data, tmp_path / "base", TrainConfig(**TINY), algo="dt", progress=False)
-    critic = train(data, tmp_path / "critic", TrainConfig(**{**TINY, "critic": {"contexts": 2, "snapshots": str(raw)}}), algo="critic", progress=False)
+    critic = train(data, tmp_path / "critic", TrainConfig(**{**TINY, "critic": {"contexts": 2, "snapshots": str(raw), "group": 3, "rank_weight": 1.0}}),
+                   algo="critic", progress=False)  # fmt: skip
     assert critic.config.value_head and not critic.config.use_return
+    assert {"train/rank", "train/mse"} <= set(critic.info["train_metrics"])
     with pytest.raises(ContractError, match="not a critic"):
         pmoss_attach(tmp_path / "base", tmp_path / "base", tmp_path / "bad")
     pmoss_attach(tmp_path / "base", tmp_path / "critic", tmp_path / "paired")

@@ -28,6 +28,12 @@ class CriticParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     contexts: int = Field(4, ge=1)  # raw snapshots of the same cell each schedule is read with (critic.py)
     snapshots: str | None = None  # the raw snapshot directory they come from (`pmoss train --snapshots`)
+    # group > 1: a training item is `group` schedules of one cell read with one snapshot (batch_size
+    # counts items), as dt-critic's candidates are at inference, and rank_weight adds a pairwise
+    # loss on their order to the return regression (critic.py)
+    group: int = Field(1, ge=1)
+    rank_weight: float = Field(0.0, ge=0.0)
+    rank_scale: float = Field(0.02, gt=0.0)  # a predicted-return gap of this size is a confident order
 
 
 class TrainConfig(BaseModel):

@@ -50,12 +50,32 @@ class Critic(Algorithm):
             self.model.load_state_dict(init_weights)
 
     def losses(self, batch: Batch) -> dict[str, torch.Tensor]:
+        group = batch["ret"].shape[1] if batch["ret"].dim() == 2 else 1  # items of `group` schedules read with one snapshot
+        if group > 1:
+            batch = {k: v.flatten(0, 1) for k, v in batch.items()}
         with torch.no_grad():
             summary, chosen = schedule_path(batch["actions"], batch["feats"], batch["share"], batch)
         pred = self.model.value(batch["meta"], summary, chosen).float()
         target = batch["ret"].float()
-        loss = F.mse_loss(pred, target)
-        return {"loss": loss, "mae": (pred - target).abs().mean().detach()}
+        parts = {"mse": F.mse_loss(pred, target), "mae": (pred - target).abs().mean().detach()}
+        parts["loss"] = parts["mse"]
+        p = self.train_cfg.critic
+        if group > 1 and p.rank_weight > 0:
+            parts["rank"] = pairwise_rank_loss(pred.view(-1, group), target.view(-1, group), p.rank_scale)
+            parts["loss"] = parts["mse"] + p.rank_weight * parts["rank"]
+        return parts
+
+
+def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, scale: float, tie: float = 1e-3) -> torch.Tensor:
+    """Logistic loss on the order of every pair of schedules in a row of [B, M] (one snapshot, one
+    cell): what dt-critic's pick depends on, which the return regression only reaches through the
+    absolute level. Pairs whose returns differ by less than `tie` are not ordered."""
+    dp = (pred[:, :, None] - pred[:, None, :]) / scale
+    dt = target[:, :, None] - target[:, None, :]
+    ordered = dt > tie
+    if not ordered.any():
+        return pred.sum() * 0.0
+    return F.softplus(-dp[ordered]).mean()
 
 
 @torch.inference_mode()

@@ -62,11 +62,13 @@ class EpisodeArrays(torch.utils.data.Dataset):
     `top_quantile` keeps only the best episodes of each machine x workload (behaviour cloning);
     `shuffle_returns` permutes return-to-go sequences across episodes (a control that must not help);
     `contexts` K (the critic) makes K items per episode: its schedule and return read with K raw
-    snapshots of the same cell from `snapshots` (critic.py, `snapshot_contexts`).
+    snapshots of the same cell from `snapshots` (critic.py, `snapshot_contexts`); with `group` M > 1
+    an item also holds M - 1 other episodes of the cell read with the same snapshot (tensors [M, ...]),
+    drawn as a pure function of (seed, item): the candidates of one decision, for a ranking loss.
     """
 
     def __init__(self, path: Path, split: str, stats: Stats | None = None, top_quantile: float | None = None, shuffle_returns: int | None = None,
-                 contexts: int | None = None, snapshots: str | None = None, seed: int = 0):  # fmt: skip
+                 contexts: int | None = None, snapshots: str | None = None, seed: int = 0, group: int = 1):  # fmt: skip
         table, data_stats, machines = load_tokens(path)
         self.stats = stats or data_stats
         s = self.stats
@@ -101,12 +103,15 @@ class EpisodeArrays(torch.utils.data.Dataset):
         # the snapshot each item is read with: its own episode's, or (critic) other raw snapshots of its cell
         self.snap_meta, self.snap_feats, self.snap_share = self.meta, self.feats, self.share
         self.context = np.arange(self.size)[None]
+        self.group, self.seed, self.cell_of, self.members = group, seed, [], {}
         if contexts and self.size:
             from pmoss.learn.critic import snapshot_contexts
 
-            cells = [f"{m}|{w}|{d}" for m, w, d in zip(names, workloads, t["dataset"].to_pylist(), strict=True)]
+            self.cell_of = [f"{m}|{w}|{d}" for m, w, d in zip(names, workloads, t["dataset"].to_pylist(), strict=True)]
+            for i, cell in enumerate(self.cell_of):
+                self.members.setdefault(cell, []).append(i)
             (self.snap_meta, self.snap_feats, self.snap_share), self.context = snapshot_contexts(
-                Path(snapshots or ""), t["episode_id"].to_pylist(), cells, split, s, machines, contexts, seed, path)
+                Path(snapshots or ""), t["episode_id"].to_pylist(), self.cell_of, split, s, machines, contexts, seed, path)
 
     def __len__(self) -> int:
         return self.size * len(self.context)
@@ -114,6 +119,15 @@ class EpisodeArrays(torch.utils.data.Dataset):
     def __getitem__(self, j: int) -> dict[str, torch.Tensor]:
         k, i = divmod(j, self.size)
         c = self.context[k, i]  # the snapshot: episode i's own unless contexts were asked for
+        if self.group == 1 or not self.cell_of:
+            return self._item(c, i)
+        pool = [e for e in self.members[self.cell_of[i]] if e != i] or [i]
+        rng = np.random.default_rng((self.seed, j))
+        others = rng.choice(pool, self.group - 1, replace=len(pool) < self.group - 1)
+        items = [self._item(c, e) for e in (i, *others)]
+        return {key: torch.stack([it[key] for it in items]) for key in items[0]}
+
+    def _item(self, c: int, i: int) -> dict[str, torch.Tensor]:
         return {
             "meta": torch.from_numpy(self.snap_meta[c]), "feats": torch.from_numpy(self.snap_feats[c]),
             "actions": torch.from_numpy(self.actions[i]), "share": torch.from_numpy(self.snap_share[c]),
@@ -182,8 +196,11 @@ def build_datamodule(path: Path, cfg: TrainConfig, stats: Stats | None = None, a
 
     class TokensDataModule(L.LightningDataModule):
         def setup(self, stage: str | None = None) -> None:
-            self.train_set = EpisodeArrays(path, "train", stats, top_quantile=top, shuffle_returns=shuffle_returns, contexts=ctx, snapshots=cfg.critic.snapshots, seed=cfg.seed)
-            self.val_set = EpisodeArrays(path, "val", stats, top_quantile=top, shuffle_returns=shuffle_returns, contexts=ctx, snapshots=cfg.critic.snapshots, seed=cfg.seed + 1)
+            group = cfg.critic.group if algo == "critic" else 1
+            self.train_set = EpisodeArrays(path, "train", stats, top_quantile=top, shuffle_returns=shuffle_returns, contexts=ctx, snapshots=cfg.critic.snapshots,
+                                           seed=cfg.seed, group=group)  # fmt: skip
+            self.val_set = EpisodeArrays(path, "val", stats, top_quantile=top, shuffle_returns=shuffle_returns, contexts=ctx, snapshots=cfg.critic.snapshots,
+                                         seed=cfg.seed + 1, group=group)  # fmt: skip
             if len(self.train_set) == 0:
                 raise TrainError(f"{path}: the training split has no episode; collect more")
 
