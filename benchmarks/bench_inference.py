@@ -1,7 +1,7 @@
 """Inference speed: one 256-slice rollout on a 64-core descriptor (issue target: <= 1 s on 2 cores),
 and on a 16-node x 64-worker one (the largest machine a model must schedule without retraining),
-and dt-critic's best-of-16 (greedy + 16 samples in one batched rollout, the group heuristics, one
-critic pass) on the same 256 slices, for the paper-size policy and the grid's (dt-grid.yaml), at
+and dt-critic's best-of-K as served (K = params.yaml's critic.serve_k: greedy + K samples in one
+batched rollout, the group heuristics, one critic pass) on the same 256 slices, for the paper-size policy and the grid's (dt-grid.yaml), at
 torch's default threads as `pmoss schedule` runs it: the inference a critic-ranked version costs,
 scoring included.
 
@@ -15,9 +15,11 @@ does not depend on what the weights learned.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from pmoss.bench import best_time, write_record
 from pmoss.contracts.machine import Caches, Cpu, Machine, default_reserved
@@ -28,6 +30,8 @@ from pmoss.data.tokens import META_NAMES, Stats
 from pmoss.learn.bundle import Bundle
 from pmoss.learn.model import DecisionTransformer, DTConfig
 from pmoss.learn.rollout import propose, rollout, snapshot_inputs
+
+PARAMS = Path(__file__).resolve().parent.parent / "params.yaml"
 
 N = 256
 THREADS = torch.get_num_threads()  # torch's default here, before main() pins 1 for the batch-1 rollouts
@@ -97,11 +101,12 @@ def main() -> None:
     torch.set_num_threads(THREADS)
     critic = bundle_for(m, n_layer=2, n_head=2, n_embd=64, group_hidden=32, use_return=False, value_head=True)  # training/critic-tiny.yaml
     critic.info["algo"] = "critic"
-    settings = {"mode": "best-of-k", "k": 16, "scorer": "critic", "candidates": "samples+heuristics"}
+    k = int(yaml.safe_load(PARAMS.read_text())["critic"]["serve_k"])  # what dt-critic serves
+    settings = {"mode": "best-of-k", "k": k, "scorer": "critic", "candidates": "samples+heuristics"}
     for name, size, policy in (("inference_dt_critic_256", "6L/8H/128D", b), ("inference_dt_critic_256_grid", "3L/4H/128D, training/dt-grid.yaml", bundle_for(m, n_layer=3, n_head=4))):
         paired = Bundle(policy.config, policy.stats, policy.state_dict, {"algo": "dt"}, critic)
         ranked = best_time(lambda: propose(paired, m, row, **settings), repeat=2)  # type: ignore[arg-type]  # noqa: B023
-        write_record(name, f"dt-critic best-of-16 + heuristics, critic-ranked (256 slices, 64 workers, {size} + 2L critic, {THREADS} threads)", ranked, "s",
+        write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + 2L critic, {THREADS} threads)", ranked, "s",
                      "greedy rollout of the 6L/8H/128D policy (same run, 1 thread)", cached, target_s=1.0, meets_target=ranked <= 1.0)  # fmt: skip
     torch.set_num_threads(1)
     big = machine_1024()

@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("eval_set", type=Path)
     ap.add_argument("--policy", type=Path, required=True)
     ap.add_argument("--critic", type=Path, action="append", required=True)
-    ap.add_argument("--k", type=int, default=16)
+    ap.add_argument("--k", type=int, default=4)  # params.yaml critic.serve_k
     ap.add_argument("--n-slices", type=int, default=128)
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()

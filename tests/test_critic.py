@@ -74,7 +74,7 @@ def test_grouped_items_are_one_decisions_candidates(sim_data):
     ds = EpisodeArrays(data, "train", contexts=2, snapshots=str(raw), seed=0, group=4)
     assert len(ds) == len(flat)
     ds.cell_of = ["odd" if i % 2 else "even" for i in range(ds.size)]  # two cells, to see that partners stay in theirs
-    ds.members = {c: [i for i in range(ds.size) if ds.cell_of[i] == c] for c in ("odd", "even")}
+    ds.members = {c: np.asarray([i for i in range(ds.size) if ds.cell_of[i] == c]) for c in ("odd", "even")}
     for j in range(len(ds)):
         item, own = ds[j], flat[j]
         assert item["actions"].shape == (4, *own["actions"].shape) and item["ret"].shape == (4,)

@@ -110,6 +110,7 @@ class EpisodeArrays(torch.utils.data.Dataset):
             self.cell_of = [f"{m}|{w}|{d}" for m, w, d in zip(names, workloads, t["dataset"].to_pylist(), strict=True)]
             for i, cell in enumerate(self.cell_of):
                 self.members.setdefault(cell, []).append(i)
+            self.members = {c: np.asarray(m) for c, m in self.members.items()}
             (self.snap_meta, self.snap_feats, self.snap_share), self.context = snapshot_contexts(
                 Path(snapshots or ""), t["episode_id"].to_pylist(), self.cell_of, split, s, machines, contexts, seed, path)
 
@@ -121,7 +122,8 @@ class EpisodeArrays(torch.utils.data.Dataset):
         c = self.context[k, i]  # the snapshot: episode i's own unless contexts were asked for
         if self.group == 1 or not self.cell_of:
             return self._item(c, i)
-        pool = [e for e in self.members[self.cell_of[i]] if e != i] or [i]
+        cell = self.members[self.cell_of[i]]
+        pool = cell[cell != i] if len(cell) > 1 else cell
         rng = np.random.default_rng((self.seed, j))
         others = rng.choice(pool, self.group - 1, replace=len(pool) < self.group - 1)
         items = [self._item(c, e) for e in (i, *others)]
