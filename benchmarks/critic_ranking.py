@@ -57,7 +57,12 @@ def main() -> None:
             for path, c in zip(a.critic, critics, strict=True):
                 chosen, pred = critic_choice(c, m, row, pool)  # dt-critic's own rule, keep-what-runs included
                 rho = spearmanr(pred, truth).statistic
-                cell[str(path)] = {"pick": chosen, "vs_best_baseline": q[chosen] / best, "spearman": float(rho)}
+                top = list(pool)[int(np.argmax(pred))]
+                scale = c.stats.best_return.get(f"{name}|{w}")
+                cell[str(path)] = {"pick": chosen, "vs_best_baseline": q[chosen] / best, "spearman": float(rho),
+                                   # what a keep rule weighs: the top candidate, what runs, the critic's level over the measured running return
+                                   "top": top, "top_vs_best_baseline": q[top] / best, "running_vs_best_baseline": q["running"] / best,
+                                   "predicted_over_running": None if scale is None else float(pred.max() * scale / (sum(row["queries"]) / row["window_s"]))}
             cells[f"{name}|{w}"] = cell
             logs["upper bound"].append(math.log(cell["upper bound"]))
             for path in a.critic:
