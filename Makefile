@@ -10,6 +10,10 @@ export DVC_NO_ANALYTICS := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PMOSS_LIB := $(CURDIR)/$(BUILD)/runtime/libpmoss.so
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow/mlflow.db
+# Every pipeline stage is a new Python process: with PYTHONDONTWRITEBYTECODE set (some shells and
+# CI images set it) and pip's --no-compile below, each one would compile torch, Lightning and MLflow
+# from source again (~9 s a stage); unset, the first import writes the bytecode into .venv once.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help setup apt apt-test venv native demo scenario test test-py test-c test-sanitize bench clean
 help:  ## list targets

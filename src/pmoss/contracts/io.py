@@ -37,8 +37,9 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML keeps the last of a repeated key; like the runtime's JSON reader, we refuse it."""
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML keeps the last of a repeated key; like the runtime's JSON reader, we refuse it.
+    libyaml's parser where PyYAML has it: a machine descriptor parses ~10x faster than in Python."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
