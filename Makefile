@@ -47,7 +47,9 @@ venv: .stamp-venv
 
 native: .stamp-apt  ## build libpmoss + pmoss-runtime (CMake, Release with debug info)
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(BUILD) -j2
+	@# the build's ~170 progress lines go to a log (shown only when it fails), so the demo's screen stays readable
+	@cmake --build $(BUILD) -j2 >$(BUILD)/build.log 2>&1 || { cat $(BUILD)/build.log; exit 1; }
+	@echo "native: $(BUILD)/runtime/libpmoss.so and pmoss-runtime built (log: $(BUILD)/build.log)"
 
 demo: setup  ## run the whole pipeline (dvc repro) on the embedded tiny defaults, then one screen of results
 	$(VENV)/bin/dvc repro

@@ -4,7 +4,9 @@ Per cell of an evaluation set: the candidate pool dt-critic ranks (the policy's 
 k samples, the group heuristics; `rollout.candidate_pool`), every candidate measured on the
 evaluation seeds next to every baseline (the same `evaluate.measure` the evaluation uses), then
 each critic's pick with the keep-what-runs rule, as throughput / the cell's best baseline, and the
-rank correlation of its predictions with the measurements. Also the candidate set's upper bound
+rank correlation of its predictions with the measurements; and what a keep rule weighs (the
+top-ranked candidate, the running schedule, the critic's predicted level over the measured running
+return), so other keep rules can be scored from the same output. Also the candidate set's upper bound
 (the best candidate by measurement: what a perfect ranker would serve; not servable). Measuring
 every candidate on evaluation seeds is for this comparison only, never for a served pick.
 
@@ -33,11 +35,11 @@ from pmoss.sim import load_sim_machine
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("eval_set", type=Path)
-    ap.add_argument("--policy", type=Path, required=True)
-    ap.add_argument("--critic", type=Path, action="append", required=True)
-    ap.add_argument("--k", type=int, default=4)  # params.yaml critic.serve_k
+    ap.add_argument("--policy", type=Path, required=True, help="the model bundle that proposes the candidates")
+    ap.add_argument("--critic", type=Path, action="append", required=True, help="a critic bundle to compare (repeatable)")
+    ap.add_argument("--k", type=int, default=4, help="samples per snapshot (default: params.yaml critic.serve_k, 4)")
     ap.add_argument("--n-slices", type=int, default=128)
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--out", type=Path, help="write the per-cell results and the summary here (JSON)")
     a = ap.parse_args()
     cfg = EvalConfig.model_validate({**yaml.safe_load(a.eval_set.read_text()), "n_slices": a.n_slices})
     policy, critics = load_bundle(a.policy), [load_bundle(c) for c in a.critic]
