@@ -1,11 +1,11 @@
 """Collector overhead: throughput with per-slice profiling on vs off, and what batching costs in latency.
 
     cmake -S . -B build && cmake --build build -j2
-    .venv/bin/python benchmarks/bench_collector.py [--seconds 2] [--rounds 5] [--workers 1] [--waits 0,10000] [--loads 0.5,0.8] [--parts overhead,latency,sweep]
+    .venv/bin/python benchmarks/bench_collector.py [--seconds 2] [--rounds 5] [--workers 1] [--waits 0,10000] [--loads 0.5,0.8] [--parts overhead,latency,sweep,periods]
 
 Profiling "on" is probe auto (software mode on hosts without a PMU) at granularity 100: a worker
 collects queries into per-slice batches of <= 100 and runs due batches back to back; sampled
-attribution (the runtime's default probe period, 20 ms) runs a slice's first batch and then at most
+attribution (the runtime's default probe period, 100 ms) runs a slice's first batch and then at most
 one batch per period between two probe readings, the rest between none; a partial batch runs as
 soon as the worker's queue is empty (work-conserving) or, while queries keep coming, once its
 oldest query waited batch_max_wait_us (default 0 with sampling; 1 ms when every batch is read).
@@ -39,6 +39,8 @@ Records (docs/benchmarks.md, "Collector overhead"):
   both (--loads x the profiled closed-loop median), the comparison "at the same throughput"
   (sustained_share: the worst round's achieved / offered rate over both sides; meets_target needs
   >= 0.99 and a median p50 ratio <= 1.2).
+- collector_latency_periods_ycsb_c_keys_10m_load_80 (--parts periods): the probe period's trade-off,
+  p50 ratio vs off and readings per query at each --periods value, interleaved in the same rounds.
 - collector_probe_read: ns per probe reading (build/runtime/pmoss_bench_probe) vs one getpid
   system call timed the same way in the same run.
 - collector_sweep_round: one sweeping round (runtime snapshot of all per-slice counters) vs a
@@ -122,6 +124,53 @@ def overhead(workload: str, waits: list[int], seconds: float, rounds: int, worke
         )  # fmt: skip
 
 
+def measure_rounds(rts: dict[str, Runtime], workload: str, seconds: float, rounds: int, offered: float) -> dict[str, dict[str, list[float]]]:
+    """Every runtime once per round, in rotated order, at `offered` queries/s (0: closed loop):
+    per runtime, each round's throughput, p50 and p99 (us) and probe reads per query."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in rts}
+
+    def one(name: str) -> Any:
+        def run(r: int) -> float:
+            runs[name].append(rts[name].run(workload, seconds, seed=r, offered_qps=offered))
+            return runs[name][-1]["throughput"]
+
+        return run
+
+    interleaved({name: one(name) for name in rts}, rounds)
+    return {name: {"throughput": [o["throughput"] for o in rs], "p50": [o["latency_p50_ns"] / 1e3 for o in rs],
+                   "p99": [o["latency_p99_ns"] / 1e3 for o in rs], "reads_per_query": [o["probe_reads"] / max(o["completed"], 1) for o in rs]}
+            for name, rs in runs.items()}  # fmt: skip
+
+
+def periods(workload: str, keys: int, seconds: float, rounds: int, workers: int, load: float, period_list: list[int]) -> None:
+    """The probe period's trade-off: p50 latency of profiling at each period vs off, all interleaved
+    in the same rounds, open loop at `load` x the lowest closed-loop median of the periods (the
+    point where a reading's cost is amplified most by the queue), with readings per query."""
+    mk = dict(n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers)
+    rts = {"off": Runtime(keys, **mk), **{f"period_{p}": Runtime(keys, probe="auto", probe_period_us=p, **mk) for p in period_list}}
+    load_before = _load()
+    closed = measure_rounds(rts, workload, seconds, rounds, 0.0)
+    cap = min(Spread.of(closed[f"period_{p}"]["throughput"]).median for p in period_list)  # each period sustains the rate
+    m = measure_rounds(rts, workload, seconds, rounds, load * cap)
+    by_period = {}
+    for p in period_list:
+        on = m[f"period_{p}"]
+        r = ratio_spread(on["p50"], m["off"]["p50"])
+        by_period[str(p)] = {"p50_ratio_spread": r.as_dict(), "verdict": verdict(r, higher_is_better=False), "p50_us": Spread.of(on["p50"]).as_dict(),
+                             "reads_per_query": float(np.mean(on["reads_per_query"])), "meets_target": r.median <= 1.2,
+                             "closed_loop_throughput_ratio": ratio_spread(closed[f"period_{p}"]["throughput"], closed["off"]["throughput"]).as_dict()}  # fmt: skip
+    best = min(period_list, key=lambda p: by_period[str(p)]["p50_ratio_spread"]["median"])
+    tag = f"{workload.replace('-', '_')}" + ("" if keys == KEYS else f"_keys_{keys // 1_000_000}m")
+    write_record(
+        f"collector_latency_periods_{tag}_load_{round(100 * load)}",
+        f"{workload} p50 latency with per-slice profiling at each probe period ({', '.join(f'{p // 1000} ms' for p in period_list)}), {keys:,} keys, "
+        f"open loop at {load * cap:,.0f} queries/s offered to all ({load:.0%} of the slowest period's closed-loop median); value: the lowest median ratio's period",
+        Spread.of(m[f"period_{best}"]["p50"]).median, "us", f"p50 without profiling (interleaved, median of {rounds} x {seconds} s)",
+        Spread.of(m["off"]["p50"]).median, periods=by_period, p50_us_off=Spread.of(m["off"]["p50"]).as_dict(), offered_qps=load * cap,
+        best_period_us=best, host_load=f"{load_before} (before), {_load()} (after)",
+    )  # fmt: skip
+
+
 def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int, loads: list[float], period_us: int | None = None) -> None:
     """Profiling on (probe auto, sampled windows, default batching) vs off (no probe), and exact
     (every batch read) for reference, interleaved round by round: closed loop (each side's own
@@ -131,19 +180,7 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
     rts = {"on": Runtime(keys, probe="auto", probe_period_us=period_us, **mk), "exact": Runtime(keys, probe="auto", probe_period_us=0, **mk), "off": Runtime(keys, **mk)}
 
     def measure(offered: float) -> dict[str, dict[str, list[float]]]:
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in rts}
-
-        def one(name: str) -> Any:
-            def run(r: int) -> float:
-                runs[name].append(rts[name].run(workload, seconds, seed=r, offered_qps=offered))
-                return runs[name][-1]["throughput"]
-
-            return run
-
-        interleaved({name: one(name) for name in rts}, rounds)
-        return {name: {"throughput": [o["throughput"] for o in rs], "p50": [o["latency_p50_ns"] / 1e3 for o in rs],
-                       "p99": [o["latency_p99_ns"] / 1e3 for o in rs], "reads_per_query": [o["probe_reads"] / max(o["completed"], 1) for o in rs]}
-                for name, rs in runs.items()}  # fmt: skip
+        return measure_rounds(rts, workload, seconds, rounds, offered)
 
     load_before = _load()
     closed = measure(0.0)
@@ -199,10 +236,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="worker threads (default 1; 0 = one per usable CPU)")
     ap.add_argument("--waits", default="0,10000", help="extra batch_max_wait_us values for ycsb-c, comma-separated ('' for none; 10000 was the default before work-conserving batches)")
     ap.add_argument("--loads", default="0.5,0.8", help="open-loop rates for the latency records, as fractions of the profiled closed-loop throughput")
-    ap.add_argument("--parts", default="overhead,latency,sweep", help="which figures to measure (comma-separated: overhead, latency, sweep)")
+    ap.add_argument("--parts", default="overhead,latency,sweep", help="which figures to measure (comma-separated: overhead, latency, sweep, periods; default all but periods)")
     ap.add_argument("--keys", default=f"{KEYS},{PLAN_KEYS}",
                     help=f"index sizes, comma-separated (default {KEYS},{PLAN_KEYS}: an in-cache tree, where a reading weighs most, and plan.py's default n_records; the --waits sweep runs at the first)")
-    ap.add_argument("--probe-period-us", type=int, default=None, help="probe period of the profiled side of the latency records (default: the runtime's, 20000)")
+    ap.add_argument("--probe-period-us", type=int, default=None, help="probe period of the profiled side of the latency records (default: the runtime's, 100000)")
+    ap.add_argument("--periods", default="20000,50000,100000,200000", help="probe periods (us) compared by the 'periods' part, at the last --keys and the last --loads")
     args = ap.parse_args()
     if not (library_path().parent / "pmoss_bench_probe").exists():
         raise SystemExit(f"{library_path().parent}/pmoss_bench_probe missing: cmake -S . -B build && cmake --build build")
@@ -215,6 +253,9 @@ def main() -> None:
             overhead("ycsb-a", [BATCH_MAX_WAIT_US_DEFAULT], args.seconds, args.rounds, args.workers, read_ns, keys)
         if "latency" in parts:
             latency("ycsb-c", keys, args.seconds, args.rounds, args.workers, [float(f) for f in args.loads.split(",") if f.strip()], args.probe_period_us)
+    if "periods" in parts:
+        keys, loads = int(args.keys.split(",")[-1]), [float(f) for f in args.loads.split(",") if f.strip()]
+        periods("ycsb-c", keys, args.seconds, args.rounds, args.workers, loads[-1], [int(p) for p in args.periods.split(",")])
     if "sweep" in parts:
         sweep_round()
 

@@ -337,7 +337,7 @@ typedef enum pm_boundaries {
 #define PM_BATCH_MAX_WAIT_AUTO UINT32_MAX
 /* probe_period_us (see pm_runtime_config): the default sampling period of
  * a slice's probe windows, and AUTO itself. */
-#define PM_PROBE_PERIOD_US_DEFAULT 20000
+#define PM_PROBE_PERIOD_US_DEFAULT 100000
 #define PM_PROBE_PERIOD_AUTO UINT32_MAX
 
 typedef struct pm_runtime_config {

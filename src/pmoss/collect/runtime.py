@@ -242,7 +242,7 @@ class Runtime:
         else 0); a worker whose queue is empty runs every partial batch at once.
         probe_period_us: sampled attribution, a slice's first batch and then at most one per period
         runs between probe readings (exact windows; totals are estimated from the `profiled_queries`
-        stat, collector.episode_columns); 0: every batch; None: the runtime's default (20 ms)."""
+        stat, collector.episode_columns); 0: every batch; None: the runtime's default (100 ms)."""
         self._lib = load_library()
         cfg = _ffi.new("pm_runtime_config *")
         self._lib.pm_runtime_config_init(cfg)
