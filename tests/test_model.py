@@ -7,7 +7,7 @@ from conftest import small_machine
 
 from pmoss.contracts.groups import groups_of
 from pmoss.contracts.snapshot import SLICE_FEATURES
-from pmoss.data.state import RunningState, as_tensors, machine_arrays, teacher_forced
+from pmoss.data.state import RunningState, as_tensors, machine_arrays, schedule_path, teacher_forced
 from pmoss.data.tokens import META_NAMES, Stats
 from pmoss.learn.bundle import Bundle, load_bundle, save_bundle
 from pmoss.learn.model import DecisionTransformer, DTConfig
@@ -67,6 +67,27 @@ def test_state_excludes_own_slice_and_running_state_matches():
         s_t, g_t = run.features()
         assert torch.allclose(s_t[0, 0], summary[0, t], atol=1e-5) and torch.allclose(g_t[0, 0], every[0, t], atol=1e-5), t
         run.place(groups[:, t])
+
+
+def test_schedule_path_matches_teacher_forced():
+    """The return model's input, computed without the per-worker state of every channel, is the
+    teacher-forced summary and chosen-group features (machines of two sizes padded into one batch)."""
+    small, big = small_machine(nodes=2, cpus_per_node=6), small_machine(nodes=4, cpus_per_node=8)
+    rng = np.random.default_rng(3)
+    from pmoss.data.state import pad_of
+
+    pad = pad_of([small, big])
+    mt = {k: torch.stack([a, b]) for (k, a), b in zip(as_tensors(machine_arrays(small, pad)).items(), as_tensors(machine_arrays(big, pad)).values(), strict=True)}
+    groups = torch.stack([torch.as_tensor(rng.integers(0, groups_of(x).n, N)) for x in (small, big)])
+    feats, share = torch.randn(2, N, 4), torch.as_tensor(rng.dirichlet(np.ones(N), 2), dtype=torch.float32)
+    summary, chosen, _ = teacher_forced(groups, feats, share, mt)
+    s2, c2 = schedule_path(groups, feats, share, mt)
+    assert s2.shape == summary.shape and c2.shape == chosen.shape
+    assert torch.allclose(s2, summary, atol=1e-5) and torch.allclose(c2, chosen, atol=1e-5)
+    # slice t's own counters reach only later slices' inputs here too
+    feats[1, 5] += 10
+    s3, c3 = schedule_path(groups, feats, share, mt)
+    assert torch.equal(s3[1, :6], s2[1, :6]) and torch.equal(c3[1, :6], c2[1, :6]) and not torch.equal(s3[1, 6:], s2[1, 6:])
 
 
 def test_causal_prediction_ignores_future():
