@@ -85,6 +85,26 @@ class Config:
                 "full_batch_share": sum(r["full_batches"] for r in self.runs) / batches}  # fmt: skip
 
 
+def _tag(workload: str, keys: int) -> str:
+    """A record name's workload and index size part: ycsb_c, ycsb_c_keys_10m, ycsb_c_keys_200000."""
+    size = "" if keys == KEYS else f"_keys_{keys // 1_000_000}m" if keys % 1_000_000 == 0 else f"_keys_{keys}"
+    return workload.replace("-", "_") + size
+
+
+def csv_of(cast: Any) -> Any:
+    """An argparse type: a non-empty comma-separated list of `cast` values, or a clear error."""
+    def parse(text: str) -> list:
+        try:
+            values = [cast(x) for x in text.split(",") if x.strip()]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+        if not values:
+            raise argparse.ArgumentTypeError("needs at least one value")
+        return values
+
+    return parse
+
+
 def _load() -> str:
     return "load average %.2f %.2f %.2f" % os.getloadavg()
 
@@ -160,7 +180,7 @@ def periods(workload: str, keys: int, seconds: float, rounds: int, workers: int,
                              "reads_per_query": float(np.mean(on["reads_per_query"])), "meets_target": r.median <= 1.2,
                              "closed_loop_throughput_ratio": ratio_spread(closed[f"period_{p}"]["throughput"], closed["off"]["throughput"]).as_dict()}  # fmt: skip
     best = min(period_list, key=lambda p: by_period[str(p)]["p50_ratio_spread"]["median"])
-    tag = f"{workload.replace('-', '_')}" + ("" if keys == KEYS else f"_keys_{keys // 1_000_000}m")
+    tag = _tag(workload, keys)
     write_record(
         f"collector_latency_periods_{tag}_load_{round(100 * load)}",
         f"{workload} p50 latency with per-slice profiling at each probe period ({', '.join(f'{p // 1000} ms' for p in period_list)}), {keys:,} keys, "
@@ -185,7 +205,7 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
     load_before = _load()
     closed = measure(0.0)
     cap = Spread.of(closed["on"]["throughput"]).median
-    tag = f"{workload.replace('-', '_')}" + ("" if keys == KEYS else f"_keys_{keys // 1_000_000}m")
+    tag = _tag(workload, keys)
     for load, offered in [(0.0, 0.0), *[(f, f * cap) for f in loads]]:
         m = closed if offered == 0 else measure(offered)
         p50 = ratio_spread(m["on"]["p50"], m["off"]["p50"])
@@ -235,27 +255,26 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--workers", type=int, default=1, help="worker threads (default 1; 0 = one per usable CPU)")
     ap.add_argument("--waits", default="0,10000", help="extra batch_max_wait_us values for ycsb-c, comma-separated ('' for none; 10000 was the default before work-conserving batches)")
-    ap.add_argument("--loads", default="0.5,0.8", help="open-loop rates for the latency records, as fractions of the profiled closed-loop throughput")
+    ap.add_argument("--loads", type=csv_of(float), default="0.5,0.8", help="open-loop rates for the latency records, as fractions of the profiled closed-loop throughput")
     ap.add_argument("--parts", default="overhead,latency,sweep", help="which figures to measure (comma-separated: overhead, latency, sweep, periods; default all but periods)")
-    ap.add_argument("--keys", default=f"{KEYS},{PLAN_KEYS}",
+    ap.add_argument("--keys", type=csv_of(int), default=f"{KEYS},{PLAN_KEYS}",
                     help=f"index sizes, comma-separated (default {KEYS},{PLAN_KEYS}: an in-cache tree, where a reading weighs most, and plan.py's default n_records; the --waits sweep runs at the first)")
     ap.add_argument("--probe-period-us", type=int, default=None, help="probe period of the profiled side of the latency records (default: the runtime's, 100000)")
-    ap.add_argument("--periods", default="20000,50000,100000,200000", help="probe periods (us) compared by the 'periods' part, at the last --keys and the last --loads")
+    ap.add_argument("--periods", type=csv_of(int), default="20000,50000,100000,200000", help="probe periods (us) compared by the 'periods' part, at the last --keys and the last --loads")
     args = ap.parse_args()
     if not (library_path().parent / "pmoss_bench_probe").exists():
         raise SystemExit(f"{library_path().parent}/pmoss_bench_probe missing: cmake -S . -B build && cmake --build build")
     extra = [int(w) for w in args.waits.split(",") if w.strip() and int(w) != BATCH_MAX_WAIT_US_DEFAULT]
     parts = set(args.parts.split(","))
     read_ns = probe_read()
-    for i, keys in enumerate(int(k) for k in args.keys.split(",")):
+    for i, keys in enumerate(args.keys):
         if "overhead" in parts:
             overhead("ycsb-c", [BATCH_MAX_WAIT_US_DEFAULT, *(extra if i == 0 else [])], args.seconds, args.rounds, args.workers, read_ns, keys)
             overhead("ycsb-a", [BATCH_MAX_WAIT_US_DEFAULT], args.seconds, args.rounds, args.workers, read_ns, keys)
         if "latency" in parts:
-            latency("ycsb-c", keys, args.seconds, args.rounds, args.workers, [float(f) for f in args.loads.split(",") if f.strip()], args.probe_period_us)
+            latency("ycsb-c", keys, args.seconds, args.rounds, args.workers, args.loads, args.probe_period_us)
     if "periods" in parts:
-        keys, loads = int(args.keys.split(",")[-1]), [float(f) for f in args.loads.split(",") if f.strip()]
-        periods("ycsb-c", keys, args.seconds, args.rounds, args.workers, loads[-1], [int(p) for p in args.periods.split(",")])
+        periods("ycsb-c", args.keys[-1], args.seconds, args.rounds, args.workers, args.loads[-1], args.periods)
     if "sweep" in parts:
         sweep_round()
 

@@ -7,7 +7,7 @@ from conftest import small_machine
 
 from pmoss.contracts.groups import groups_of
 from pmoss.contracts.snapshot import SLICE_FEATURES
-from pmoss.data.state import RunningState, as_tensors, machine_arrays, schedule_path, teacher_forced
+from pmoss.data.state import RunningState, as_tensors, machine_arrays, pad_of, schedule_path, teacher_forced
 from pmoss.data.tokens import META_NAMES, Stats
 from pmoss.learn.bundle import Bundle, load_bundle, save_bundle
 from pmoss.learn.model import DecisionTransformer, DTConfig
@@ -74,8 +74,6 @@ def test_schedule_path_matches_teacher_forced():
     teacher-forced summary and chosen-group features (machines of two sizes padded into one batch)."""
     small, big = small_machine(nodes=2, cpus_per_node=6), small_machine(nodes=4, cpus_per_node=8)
     rng = np.random.default_rng(3)
-    from pmoss.data.state import pad_of
-
     pad = pad_of([small, big])
     mt = {k: torch.stack([a, b]) for (k, a), b in zip(as_tensors(machine_arrays(small, pad)).items(), as_tensors(machine_arrays(big, pad)).values(), strict=True)}
     groups = torch.stack([torch.as_tensor(rng.integers(0, groups_of(x).n, N)) for x in (small, big)])

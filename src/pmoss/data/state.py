@@ -107,12 +107,16 @@ def _mean_over(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return y.view(B, -1, T, C).permute(0, 2, 1, 3)
 
 
+def member_rows(groups: torch.Tensor, m: dict[str, torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """Each step's group as its member weights (1 / group size on its workers): groups [B, T] -> [B, T, W]."""
+    B, T = groups.shape
+    return torch.gather(m["m_member"], 1, groups[..., None].expand(B, T, m["m_member"].shape[-1])).to(dtype)
+
+
 def spread(groups: torch.Tensor, values: torch.Tensor, m: dict[str, torch.Tensor]) -> torch.Tensor:
     """What each step's slice adds to each worker, split evenly over its group:
     groups [B, T], values [B, T, C] -> [B, T, W, C]."""
-    B, T = groups.shape
-    share = torch.gather(m["m_member"], 1, groups[..., None].expand(B, T, m["m_member"].shape[-1])).to(values.dtype)  # [B, T, W]
-    return share[..., None] * values[:, :, None, :]
+    return member_rows(groups, m, values.dtype)[..., None] * values[:, :, None, :]
 
 
 def step_values(feats: torch.Tensor, share: torch.Tensor, n_slices: int, m: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -220,10 +224,10 @@ def schedule_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor
     The same values as `_path` (up to float rounding) without its worker state [B, N, W, 2+F], which
     only teacher_forced needs (every group's features): what earlier slices put on slice t's group is
     the overlap of their member rows with its own (R R^T, [B, N, N], s < t) times their values, and
-    the summary reads occupancy and load per worker only. 3-4x faster at the critic's batch."""
+    the summary reads occupancy and load per worker only. 7x faster at the critic's batch (docs/model.md)."""
     B, N = groups.shape
     dt = feats.dtype
-    rows = torch.gather(m["m_member"], 1, groups[..., None].expand(B, N, m["m_member"].shape[-1])).to(dt)  # [B, N, W]
+    rows = member_rows(groups, m, dt)  # [B, N, W]
     values = step_values(feats, share, N, m)  # [B, N, C]
     workers = exclusive_cumsum(rows[..., None] * values[:, :, None, :2])  # [B, N, W, 2]: occ, load
     valid = m["m_worker_valid"][:, None, :].to(dt)  # [B, 1, W]
