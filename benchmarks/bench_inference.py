@@ -99,7 +99,7 @@ def main() -> None:
     # dt-critic as `pmoss schedule`/`serve` run it: torch's default threads (the batch of 17 rollouts
     # gains from both cores, unlike the batch-1 greedy rollout above).
     torch.set_num_threads(THREADS)
-    critic = bundle_for(m, n_layer=2, n_head=2, n_embd=64, group_hidden=32, use_return=False, value_head=True)  # training/critic-tiny.yaml
+    critic = bundle_for(m, n_layer=2, n_head=2, n_embd=64, group_hidden=32, use_return=False, value_head=True, rtg_token=False)  # critic-tiny.yaml
     critic.info["algo"] = "critic"
     k = int(yaml.safe_load(PARAMS.read_text())["critic"]["serve_k"])  # what dt-critic serves
     settings = {"mode": "best-of-k", "k": k, "scorer": "critic", "candidates": "samples+heuristics"}

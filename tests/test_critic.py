@@ -121,7 +121,7 @@ def test_critic_attached_ranks_candidates_under_the_bundle_checksum(sim_data, tm
     train(data, tmp_path / "base", TrainConfig(**TINY), algo="dt", progress=False)
     critic = train(data, tmp_path / "critic", TrainConfig(**{**TINY, "critic": {"contexts": 2, "snapshots": str(raw), "group": 3, "rank_weight": 1.0}}),
                    algo="critic", progress=False)  # fmt: skip
-    assert critic.config.value_head and not critic.config.use_return
+    assert critic.config.value_head and not critic.config.use_return and not critic.config.rtg_token
     assert {"train/rank", "train/mse"} <= set(critic.info["train_metrics"])
     with pytest.raises(ContractError, match="not a critic"):
         pmoss_attach(tmp_path / "base", tmp_path / "base", tmp_path / "bad")

@@ -105,6 +105,33 @@ def test_causal_prediction_ignores_future():
     assert not torch.allclose(out[0, 8:], out2[0, 8:])
 
 
+def test_critic_tokens_without_return():
+    """A critic reads [state, action] a slice (no return token): its value depends on every slice's
+    action; a critic saved before the field existed keeps the 3-token layout it was trained with."""
+    import dataclasses
+
+    import pytest
+
+    m = small_machine(nodes=2, cpus_per_node=6)
+    mt = _batched(m)
+    groups, _, share = _episode(m, np.random.default_rng(2))
+    feats, meta = torch.randn(1, N, len(SLICE_FEATURES)), torch.randn(1, len(META_NAMES))
+    base = _bundle(m).config
+    for rtg_token in (False, True):
+        torch.manual_seed(0)
+        cfg = dataclasses.replace(base, use_return=False, value_head=True, rtg_token=rtg_token)
+        model = DecisionTransformer(cfg).eval()
+        assert (model.embed_rtg is None) == (not rtg_token)
+        v = model.value(meta, *schedule_path(groups, feats, share, mt))
+        other = groups.clone()
+        other[0, -1] = (groups[0, -1] + 1) % groups_of(m).n
+        assert v.shape == (1,) and not torch.allclose(v, model.value(meta, *schedule_path(other, feats, share, mt)))
+    old = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "rtg_token"}  # a bundle from before the field
+    assert DTConfig(**old).rtg_token
+    with pytest.raises(ValueError, match="rtg_token"):
+        DTConfig(rtg_token=False)
+
+
 def test_kv_rollout_matches_full_forward():
     m = small_machine(nodes=2, cpus_per_node=6)
     b = _bundle(m, seed=3)

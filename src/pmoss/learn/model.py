@@ -39,6 +39,14 @@ class DTConfig:
     group_hidden: int = 64  # width of the pointer head that scores each candidate group
     use_return: bool = True  # False = behaviour cloning on the same backbone
     value_head: bool = False  # True = the return model (critic.py): one predicted return per whole schedule
+    # a return-to-go token per slice; a critic reads no return, so it is built without one ([state,
+    # action] a slice, 2/3 of the tokens: a 0.20 -> 0.13 s critic step). Bundles saved before the field
+    # existed load with True, the layout they were trained with.
+    rtg_token: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.rtg_token and not self.value_head:
+            raise ValueError("rtg_token=False is for value-head models (the critic); a policy reads its actions at 3 tokens a slice")
 
     @property
     def group_features(self) -> int:
@@ -140,7 +148,7 @@ class DecisionTransformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed_meta = nn.Linear(cfg.n_meta, cfg.n_embd)
-        self.embed_rtg = nn.Linear(1, cfg.n_embd)
+        self.embed_rtg = nn.Linear(1, cfg.n_embd) if cfg.rtg_token else None
         self.embed_state = nn.Sequential(nn.Linear(cfg.summary_features, cfg.n_embd), nn.GELU(), nn.Linear(cfg.n_embd, cfg.n_embd))
         self.embed_action = nn.Linear(cfg.group_features, cfg.n_embd)  # the chosen group's features
         self.embed_slice = nn.Linear(16, cfg.n_embd)  # departure: the research code had no position; ours is t / N
@@ -160,12 +168,14 @@ class DecisionTransformer(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def step_tokens(self, rtg: torch.Tensor, summary: torch.Tensor, chosen: torch.Tensor | None) -> torch.Tensor:
-        """Embed T slices: [B, T] rtg, [B, T, S] state summaries (position t/N is summary[..., 1]),
-        [B, T, D] features of the chosen groups (or None) -> [B, 3T or 2T, E], interleaved per slice."""
+    def step_tokens(self, rtg: torch.Tensor | None, summary: torch.Tensor, chosen: torch.Tensor | None) -> torch.Tensor:
+        """Embed T slices: [B, T] rtg (None: no return token), [B, T, S] state summaries (position t/N is
+        summary[..., 1]), [B, T, D] features of the chosen groups (or None) -> [B, kT, E], interleaved per slice."""
         pos = self.embed_slice(fourier(summary[..., 1]))  # [B, T, E]
-        r = self.embed_rtg(rtg.unsqueeze(-1) if self.cfg.use_return else torch.zeros_like(rtg).unsqueeze(-1))
-        parts = [r + pos + self.embed_kind.weight[0], self.embed_state(summary) + pos + self.embed_kind.weight[1]]
+        parts = [self.embed_state(summary) + pos + self.embed_kind.weight[1]]
+        if rtg is not None:
+            r = self.embed_rtg(rtg.unsqueeze(-1) if self.cfg.use_return else torch.zeros_like(rtg).unsqueeze(-1))
+            parts.insert(0, r + pos + self.embed_kind.weight[0])
         if chosen is not None:
             parts.append(self.embed_action(chosen) + pos + self.embed_kind.weight[2])
         return torch.stack(parts, dim=2).flatten(1, 2)
@@ -188,11 +198,12 @@ class DecisionTransformer(nn.Module):
         """Predicted scaled return [B] of whole schedules (value_head models): meta [B, M], summary
         [B, N, S] and chosen [B, N, D] of every slice, teacher forced as in `forward`."""
         assert self.value_head is not None, "value() needs a model built with value_head=True"
-        rtg = torch.zeros(summary.shape[:2], dtype=summary.dtype, device=summary.device)
+        rtg = torch.zeros(summary.shape[:2], dtype=summary.dtype, device=summary.device) if self.cfg.rtg_token else None
         x = self.drop(torch.cat([self.embed_meta(meta).unsqueeze(1), self.step_tokens(rtg, summary, chosen)], dim=1))
         for block in self.blocks:
             x = block(x)
-        a = self.ln_f(x[:, 3::3])  # hidden states at the action tokens, [B, N, E]
+        k = 3 if self.cfg.rtg_token else 2  # tokens a slice
+        a = self.ln_f(x[:, k::k])  # hidden states at the action tokens, [B, N, E]
         return self.value_head(torch.cat([a[:, -1], a.mean(1)], -1)).squeeze(-1)
 
     def action_token(self, chosen: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
