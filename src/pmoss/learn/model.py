@@ -172,10 +172,11 @@ class DecisionTransformer(nn.Module):
         """Embed T slices: [B, T] rtg (None: no return token), [B, T, S] state summaries (position t/N is
         summary[..., 1]), [B, T, D] features of the chosen groups (or None) -> [B, kT, E], interleaved per slice."""
         pos = self.embed_slice(fourier(summary[..., 1]))  # [B, T, E]
-        parts = [self.embed_state(summary) + pos + self.embed_kind.weight[1]]
-        if rtg is not None:
+        parts = []
+        if rtg is not None:  # computed first, as before the critic dropped it: a policy's arithmetic is unchanged bit for bit
             r = self.embed_rtg(rtg.unsqueeze(-1) if self.cfg.use_return else torch.zeros_like(rtg).unsqueeze(-1))
-            parts.insert(0, r + pos + self.embed_kind.weight[0])
+            parts.append(r + pos + self.embed_kind.weight[0])
+        parts.append(self.embed_state(summary) + pos + self.embed_kind.weight[1])
         if chosen is not None:
             parts.append(self.embed_action(chosen) + pos + self.embed_kind.weight[2])
         return torch.stack(parts, dim=2).flatten(1, 2)
