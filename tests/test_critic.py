@@ -119,9 +119,12 @@ def test_critic_attached_ranks_candidates_under_the_bundle_checksum(sim_data, tm
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     raw, data = sim_data
     train(data, tmp_path / "base", TrainConfig(**TINY), algo="dt", progress=False)
-    critic = train(data, tmp_path / "critic", TrainConfig(**{**TINY, "critic": {"contexts": 2, "snapshots": str(raw), "group": 3, "rank_weight": 1.0}}),
+    # rtg_token false, as the demo's critic-tiny.yaml: [state, action] a slice
+    critic = train(data, tmp_path / "critic", TrainConfig(**{**TINY, "model": {**TINY["model"], "rtg_token": False},
+                                                              "critic": {"contexts": 2, "snapshots": str(raw), "group": 3, "rank_weight": 1.0}}),
                    algo="critic", progress=False)  # fmt: skip
     assert critic.config.value_head and not critic.config.use_return and not critic.config.rtg_token
+    assert not any(k.startswith("embed_rtg") for k in critic.state_dict)
     assert {"train/rank", "train/mse"} <= set(critic.info["train_metrics"])
     with pytest.raises(ContractError, match="not a critic"):
         pmoss_attach(tmp_path / "base", tmp_path / "base", tmp_path / "bad")

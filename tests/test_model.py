@@ -1,7 +1,10 @@
 """The Decision Transformer over execution groups: the state excludes slice t's own counters,
 causality, masking, a KV-cached rollout equal to the full forward, and any machine size."""
 
+import dataclasses
+
 import numpy as np
+import pytest
 import torch
 from conftest import small_machine
 
@@ -106,12 +109,8 @@ def test_causal_prediction_ignores_future():
 
 
 def test_critic_tokens_without_return():
-    """A critic reads [state, action] a slice (no return token): its value depends on every slice's
-    action; a critic saved before the field existed keeps the 3-token layout it was trained with."""
-    import dataclasses
-
-    import pytest
-
+    """A critic with or without the return token (`rtg_token`) reads every slice's action; a critic
+    saved before the field existed keeps the 3-token layout it was trained with; a policy needs it."""
     m = small_machine(nodes=2, cpus_per_node=6)
     mt = _batched(m)
     groups, _, share = _episode(m, np.random.default_rng(2))

@@ -264,8 +264,7 @@ def build_learner(algorithm):
 
 def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConfig:
     return DTConfig(**{**cfg.model, "n_slices": stats.n_slices, "n_features": len(stats.feature_names), "n_meta": len(stats.meta_names),
-                       "use_return": algo == "dt", "value_head": algo == "critic",
-                       "rtg_token": algo != "critic"})  # fmt: skip
+                       "use_return": algo == "dt", "value_head": algo == "critic"})  # fmt: skip
 
 
 def git_commit() -> str:
