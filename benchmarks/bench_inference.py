@@ -31,7 +31,8 @@ from pmoss.learn.bundle import Bundle
 from pmoss.learn.model import DecisionTransformer, DTConfig
 from pmoss.learn.rollout import propose, rollout, snapshot_inputs
 
-PARAMS = Path(__file__).resolve().parent.parent / "params.yaml"
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS = ROOT / "params.yaml"
 
 N = 256
 THREADS = torch.get_num_threads()  # torch's default here, before main() pins 1 for the batch-1 rollouts
@@ -99,14 +100,19 @@ def main() -> None:
     # dt-critic as `pmoss schedule`/`serve` run it: torch's default threads (the batch of 17 rollouts
     # gains from both cores, unlike the batch-1 greedy rollout above).
     torch.set_num_threads(THREADS)
-    critic = bundle_for(m, n_layer=2, n_head=2, n_embd=64, group_hidden=32, use_return=False, value_head=True, rtg_token=False)  # critic-tiny.yaml
-    critic.info["algo"] = "critic"
+    def critic_of(config: str) -> Bundle:  # the critic a training config builds (its shape and token layout)
+        shape = {k: v for k, v in yaml.safe_load((ROOT / "training" / config).read_text())["model"].items() if k != "dropout"}
+        critic = bundle_for(m, use_return=False, value_head=True, **shape)
+        critic.info["algo"] = "critic"
+        return critic
+
     k = int(yaml.safe_load(PARAMS.read_text())["critic"]["serve_k"])  # what dt-critic serves
     settings = {"mode": "best-of-k", "k": k, "scorer": "critic", "candidates": "samples+heuristics"}
-    for name, size, policy in (("inference_dt_critic_256", "6L/8H/128D", b), ("inference_dt_critic_256_grid", "3L/4H/128D, training/dt-grid.yaml", bundle_for(m, n_layer=3, n_head=4))):
-        paired = Bundle(policy.config, policy.stats, policy.state_dict, {"algo": "dt"}, critic)
+    for name, size, policy, config in (("inference_dt_critic_256", "6L/8H/128D", b, "critic-tiny.yaml"),
+                                       ("inference_dt_critic_256_grid", "3L/4H/128D, training/dt-grid.yaml", bundle_for(m, n_layer=3, n_head=4), "critic-grid.yaml")):  # fmt: skip
+        paired = Bundle(policy.config, policy.stats, policy.state_dict, {"algo": "dt"}, critic_of(config))
         ranked = best_time(lambda: propose(paired, m, row, **settings), repeat=2)  # type: ignore[arg-type]  # noqa: B023
-        write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + 2L critic, {THREADS} threads)", ranked, "s",
+        write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + 2L critic, training/{config}, {THREADS} threads)", ranked, "s",
                      "greedy rollout of the 6L/8H/128D policy (same run, 1 thread)", cached, target_s=1.0, meets_target=ranked <= 1.0)  # fmt: skip
     torch.set_num_threads(1)
     big = machine_1024()

@@ -108,6 +108,14 @@ def test_running_schedule_is_read_back_from_its_snapshot(sim_data):
             assert s.widths() == (row["width"] or s.widths())
 
 
+def test_policy_with_no_return_token_is_refused(sim_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    _, data = sim_data
+    with pytest.raises(TrainError, match="rtg_token"):
+        train(data, tmp_path / "dt", TrainConfig(**{**TINY, "model": {**TINY["model"], "rtg_token": False}}), algo="dt", progress=False)
+    assert not (tmp_path / "dt").exists()
+
+
 def test_critic_needs_raw_snapshots(sim_data, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     _, data = sim_data

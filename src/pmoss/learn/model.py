@@ -39,9 +39,9 @@ class DTConfig:
     group_hidden: int = 64  # width of the pointer head that scores each candidate group
     use_return: bool = True  # False = behaviour cloning on the same backbone
     value_head: bool = False  # True = the return model (critic.py): one predicted return per whole schedule
-    # a return-to-go token per slice. A critic reads no return (its token is a constant), but on the
-    # paper grid dropping it cost ~0.01 of the geo-mean (docs/benchmarks-model.md); `rtg_token: false`
-    # in a critic's config (critic-tiny.yaml) gives [state, action] a slice, a 0.20 -> 0.13 s step.
+    # a return-to-go token per slice. A critic reads no return (its token is a constant); `rtg_token:
+    # false` in a critic's config (critic-tiny.yaml) gives [state, action] a slice, a 0.20 -> 0.13 s
+    # step, equal on validation seeds but 0.005-0.015 lower on the grid's evaluation seeds (docs/benchmarks-model.md).
     # Bundles saved before the field existed load with True, the layout they were trained with.
     rtg_token: bool = True
 

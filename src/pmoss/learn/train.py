@@ -263,8 +263,11 @@ def build_learner(algorithm):
 
 
 def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConfig:
-    return DTConfig(**{**cfg.model, "n_slices": stats.n_slices, "n_features": len(stats.feature_names), "n_meta": len(stats.meta_names),
-                       "use_return": algo == "dt", "value_head": algo == "critic"})  # fmt: skip
+    try:
+        return DTConfig(**{**cfg.model, "n_slices": stats.n_slices, "n_features": len(stats.feature_names), "n_meta": len(stats.meta_names),
+                           "use_return": algo == "dt", "value_head": algo == "critic"})  # fmt: skip
+    except (TypeError, ValueError) as e:  # a bad key or value under the config's `model`
+        raise TrainError(f"model: {e} (--algo {algo})") from None
 
 
 def git_commit() -> str:
