@@ -66,6 +66,20 @@ def test_noise_follows_the_placement_not_the_kind_name(snb):
     assert len(keys) == 3
 
 
+def test_one_node_machine_reads_any_worker_kinds_as_its_node_group():
+    """On one node every kind puts pages on that node and "every worker" is the node's group: the
+    any-worker kinds, sn-numa and a learned pick of its groups are one placement and read one noise
+    stream (a tie measures as a tie); a placement on other workers still reads its own."""
+    grace = load_sim_machine("nvidia-grace")
+    same = [generate(k, grace, N, 0) for k in ("os-default", "os-interleave", "se-numa", "sn-numa")]
+    same.append(Schedule.from_groups(grace, same[-1].group_index(grace), model="test"))
+    other = generate("sn-grouped", grace, N, 0)
+    for w in ("ycsb-c", "rsi-20-30-50"):  # inserts too: os-default's first touch lands on the one node
+        rows = simulate_batch(grace, w, "dense", [*same, other], seeds=3, run_indices=1, **KW)
+        assert len({r["throughput_qps"] for r in rows[:-1]}) == 1 != len({r["throughput_qps"] for r in rows})
+        assert all(np.array_equal(rows[0]["llc_misses"], r["llc_misses"]) for r in rows[1:-1])
+
+
 def test_counters_are_consistent(snb):
     scheds = [generate("sn-spread", snb, N, 0), generate("os-interleave", snb, N, 0)]
     one, shared = simulate_batch(snb, "scan", "dense", scheds, seeds=3, n_records=5_000_000)  # > the L3s

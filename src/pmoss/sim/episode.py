@@ -18,6 +18,7 @@ import numpy as np
 
 from pmoss import __version__
 from pmoss.contracts.errors import ContractError
+from pmoss.contracts.groups import groups_of
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.schedule import ANY_WORKER_KINDS, ONE_CORE_KINDS, Schedule
 from pmoss.contracts.snapshot import (
@@ -198,9 +199,17 @@ def noise_key(inp: Inputs, schedule: Schedule, exec_group: np.ndarray, seed: int
     """The noise stream of one run: keyed on what the machine runs (memory policy, per-slice node
     and execution group), the seed and the run index, never on the schedule's name, so one
     placement measured under two kind names (a `learned` pick of a heuristic's groups) reads the
-    same. Memory policy is the kind only where the kind decides where pages go."""
-    memory = schedule.kind if schedule.kind in ANY_WORKER_KINDS else "nodes"
-    parts = [inp.machine.name, inp.workload.name, inp.dataset, memory, list(map(int, schedule.node)), exec_group.tolist(), seed, run_index]
+    same. Memory policy is the kind only where the kind decides where pages go. On a one-node
+    machine nothing but that node holds pages and "every worker" is the node's group: the
+    any-worker kinds run what sn-numa runs and read its noise (else the best of several measurements
+    of one placement, not a better schedule, sets the best baseline; docs/benchmarks-model.md)."""
+    memory, node = schedule.kind if schedule.kind in ANY_WORKER_KINDS else "nodes", list(map(int, schedule.node))
+    group = exec_group.tolist()
+    if inp.machine.numa_nodes == 1:
+        g = groups_of(inp.machine)
+        every = int(np.flatnonzero(g.member.all(axis=1))[0])  # the group of all workers (g.n: every worker)
+        memory, node, group = "nodes", [0] * len(node), [every if x == g.n else x for x in group]
+    parts = [inp.machine.name, inp.workload.name, inp.dataset, memory, node, group, seed, run_index]
     return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24], 16)
 
 
