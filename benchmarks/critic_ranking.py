@@ -25,8 +25,7 @@ import numpy as np
 import yaml
 from scipy.stats import spearmanr
 
-from pmoss.contracts.policies import generate
-from pmoss.evaluate import EvalConfig, cell_snapshot, measure
+from pmoss.evaluate import EvalConfig, cell_baselines, cell_snapshot, measure
 from pmoss.learn.bundle import load_bundle
 from pmoss.learn.rollout import candidate_pool, critic_choice
 from pmoss.sim import load_sim_machine
@@ -48,9 +47,8 @@ def main() -> None:
         m = load_sim_machine(name)
         for w in cfg.workloads:
             row = cell_snapshot(m, w, cfg)
-            load = np.asarray(row["queries"], dtype=float)
             pool = candidate_pool(policy, m, row, k=a.k, candidates="samples+heuristics")
-            base = {k: generate(k, m, cfg.n_slices, load=load if k == "sn-hot" else None) for k in cfg.baselines}
+            base = cell_baselines(m, row, cfg)
             q = measure(m, w, {**base, **pool}, cfg)
             best = max(q[k] for k in cfg.baselines)
             q["running"] = q["os-default"]  # the evaluation's snapshot runs os-default

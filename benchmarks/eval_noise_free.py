@@ -23,10 +23,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from pmoss.contracts.policies import generate
 from pmoss.contracts.schedule import Schedule
 from pmoss.contracts.workload import get_workload
-from pmoss.evaluate import EvalConfig, cell_snapshot
+from pmoss.evaluate import EvalConfig, cell_baselines, cell_snapshot
 from pmoss.sim import load_sim_machine, simulate_batch
 
 
@@ -47,8 +46,7 @@ def main() -> None:
     for cell, schedules in kept.items():
         name, workload = cell.split("|")
         m = load_sim_machine(name)
-        load = np.asarray(cell_snapshot(m, workload, cfg)["queries"], dtype=float)
-        runs = {k: generate(k, m, cfg.n_slices, load=load if k == "sn-hot" else None) for k in cfg.baselines}
+        runs: dict[str, Schedule] = cell_baselines(m, cell_snapshot(m, workload, cfg), cfg)
         runs |= {p: Schedule.model_validate(schedules[p]) for p in policies if p in schedules}
         rows = simulate_batch(m, get_workload(workload), cfg.dataset, list(runs.values()), seeds=cfg.seed_base, n_records=cfg.n_records,
                               window_s=cfg.window_s, noise=False)  # fmt: skip

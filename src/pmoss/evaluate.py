@@ -82,6 +82,12 @@ def cell_snapshot(machine: Any, workload: str, cfg: EvalConfig) -> dict[str, Any
     return simulate(machine, get_workload(workload), cfg.dataset, running, seed=cfg.seed_base - 1, n_records=cfg.n_records, window_s=cfg.window_s)
 
 
+def cell_baselines(machine: Any, snapshot: dict[str, Any], cfg: EvalConfig) -> dict[str, Schedule]:
+    """The cell's baseline schedules by kind; sn-hot widens the slices the snapshot measured hot."""
+    load = np.asarray(snapshot["queries"], dtype=float)
+    return {kind: generate(kind, machine, cfg.n_slices, load=load if kind == "sn-hot" else None) for kind in cfg.baselines}  # type: ignore[arg-type]
+
+
 def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg: EvalConfig, keep: dict[str, Schedule] | None = None) -> dict[str, float]:
     """Throughput per policy in one cell; learned and oracle schedules are also put in `keep`."""
     from pmoss.learn.rollout import propose
@@ -91,8 +97,7 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
     if cfg.slices_per_worker:
         cfg = cfg.model_copy(update={"n_slices": slices_for(machine, cfg.slices_per_worker)})
     snapshot = cell_snapshot(machine, workload, cfg)
-    load = np.asarray(snapshot["queries"], dtype=float)  # sn-hot widens the slices the snapshot measured hot
-    schedules = {kind: generate(kind, machine, cfg.n_slices, load=load if kind == "sn-hot" else None) for kind in cfg.baselines}  # type: ignore[arg-type]
+    schedules = cell_baselines(machine, snapshot, cfg)
     for name, bundle in bundles.items():
         settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}  # a version may carry its own
         schedules[name] = propose(bundle, machine, snapshot, **settings)
