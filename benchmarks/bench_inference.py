@@ -14,6 +14,7 @@ does not depend on what the weights learned.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -100,10 +101,12 @@ def main() -> None:
     # dt-critic as `pmoss schedule`/`serve` run it: torch's default threads (the batch of 17 rollouts
     # gains from both cores, unlike the batch-1 greedy rollout above).
     torch.set_num_threads(THREADS)
-    def critic_of(config: str) -> Bundle:  # the critic a training config builds (its shape and token layout)
-        shape = {k: v for k, v in yaml.safe_load((ROOT / "training" / config).read_text())["model"].items() if k != "dropout"}
+    def critic_of(config: str) -> Bundle:  # the critic a training config builds (its shape, token layout and ensemble size)
+        cfg = yaml.safe_load((ROOT / "training" / config).read_text())
+        shape = {k: v for k, v in cfg["model"].items() if k != "dropout"}
         critic = bundle_for(m, use_return=False, value_head=True, **shape)
         critic.info["algo"] = "critic"
+        critic.members = [dataclasses.replace(critic) for _ in range(cfg.get("critic", {}).get("members", 1) - 1)]  # one value pass each
         return critic
 
     k = int(yaml.safe_load(PARAMS.read_text())["critic"]["serve_k"])  # what dt-critic serves
@@ -112,7 +115,8 @@ def main() -> None:
                                        ("inference_dt_critic_256_grid", "3L/4H/128D, training/dt-grid.yaml", bundle_for(m, n_layer=3, n_head=4), "critic-grid.yaml")):  # fmt: skip
         paired = Bundle(policy.config, policy.stats, policy.state_dict, {"algo": "dt"}, critic_of(config))
         ranked = best_time(lambda: propose(paired, m, row, **settings), repeat=2)  # type: ignore[arg-type]  # noqa: B023
-        write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + 2L critic, training/{config}, {THREADS} threads)", ranked, "s",
+        critics = f"{1 + len(paired.critic.members)} x 2L critic" if paired.critic.members else "2L critic"
+        write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + {critics}, training/{config}, {THREADS} threads)", ranked, "s",
                      "greedy rollout of the 6L/8H/128D policy (same run, 1 thread)", cached, target_s=1.0, meets_target=ranked <= 1.0)  # fmt: skip
     torch.set_num_threads(1)
     big = machine_1024()

@@ -7,16 +7,20 @@ each critic's pick with the keep-what-runs rule, as throughput / the cell's best
 rank correlation of its predictions with the measurements; and what a keep rule weighs (the
 top-ranked candidate, the running schedule, the critic's predicted level over the measured running
 return), so other keep rules can be scored from the same output. Also the candidate set's upper bound
-(the best candidate by measurement: what a perfect ranker would serve; not servable). Measuring
-every candidate on evaluation seeds is for this comparison only, never for a served pick.
+(the best candidate by measurement: what a perfect ranker would serve; not servable). With
+--ensemble, also the critics' ensemble (their mean prediction, as `pmoss attach-critic --critic A
+--critic B ...` serves it). The output keeps every candidate's measurement and each critic's
+prediction of it, so other pick rules can be scored from it. Measuring every candidate on
+evaluation seeds is for this comparison only, never for a served pick.
 
-    python benchmarks/critic_ranking.py datasets/pools/eval-paper.yaml --policy models/base \
-        --critic models/critic [--critic other/critic ...] [--n-slices 128] [--out results.json]
+    python benchmarks/critic_ranking.py datasets/pools/val-paper.yaml --policy models/base \
+        --critic models/critic [--critic other/critic ... [--ensemble]] [--n-slices 128] [--out results.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -38,11 +42,15 @@ def main() -> None:
     ap.add_argument("--critic", type=Path, action="append", required=True, help="a critic bundle to compare (repeatable)")
     ap.add_argument("--k", type=int, default=4, help="samples per snapshot (default: params.yaml critic.serve_k, 4)")
     ap.add_argument("--n-slices", type=int, default=128)
+    ap.add_argument("--ensemble", action="store_true", help="also the critics' ensemble (mean prediction), named 'ensemble'")
     ap.add_argument("--out", type=Path, help="write the per-cell results and the summary here (JSON)")
     a = ap.parse_args()
     cfg = EvalConfig.model_validate({**yaml.safe_load(a.eval_set.read_text()), "n_slices": a.n_slices})
-    policy, critics = load_bundle(a.policy), [load_bundle(c) for c in a.critic]
-    cells, logs = {}, {"upper bound": [], **{str(c): [] for c in a.critic}}
+    policy, loaded = load_bundle(a.policy), [load_bundle(c) for c in a.critic]
+    critics = {str(path): c for path, c in zip(a.critic, loaded, strict=True)}
+    if a.ensemble:
+        critics["ensemble"] = dataclasses.replace(loaded[0], members=loaded[1:])
+    cells, logs = {}, {"upper bound": [], **{name: [] for name in critics}}
     for name in cfg.machines:
         m = load_sim_machine(name)
         for w in cfg.workloads:
@@ -53,22 +61,22 @@ def main() -> None:
             best = max(q[k] for k in cfg.baselines)
             q["running"] = q["os-default"]  # the evaluation's snapshot runs os-default
             truth = np.array([q[n] for n in pool])
-            cell = {"upper bound": max(max(truth), q["running"]) / best}
-            for path, c in zip(a.critic, critics, strict=True):
+            cell = {"upper bound": max(max(truth), q["running"]) / best, "measured": {n: q[n] / best for n in [*pool, "running"]}}
+            for path, c in critics.items():
                 chosen, pred = critic_choice(c, m, row, pool)  # dt-critic's own rule, keep-what-runs included
                 rho = spearmanr(pred, truth).statistic
                 top = list(pool)[int(np.argmax(pred))]
                 scale = c.stats.best_return.get(f"{name}|{w}")
-                cell[str(path)] = {"pick": chosen, "vs_best_baseline": q[chosen] / best, "spearman": float(rho),
+                cell[path] = {"pick": chosen, "predicted": dict(zip(pool, map(float, pred), strict=True)), "vs_best_baseline": q[chosen] / best, "spearman": float(rho),
                                    # what a keep rule weighs: the top candidate, what runs, the critic's level over the measured running return
                                    "top": top, "top_vs_best_baseline": q[top] / best, "running_vs_best_baseline": q["running"] / best,
                                    "predicted_over_running": None if scale is None else float(pred.max() * scale / (sum(row["queries"]) / row["window_s"]))}
             cells[f"{name}|{w}"] = cell
             logs["upper bound"].append(math.log(cell["upper bound"]))
-            for path in a.critic:
-                logs[str(path)].append(math.log(cell[str(path)]["vs_best_baseline"]))
+            for path in critics:
+                logs[path].append(math.log(cell[path]["vs_best_baseline"]))
             print(f"{name}|{w:14s} upper {cell['upper bound']:.3f}  " + "  ".join(
-                f"{v['pick']}={v['vs_best_baseline']:.3f} (rho {v['spearman']:+.2f})" for k, v in cell.items() if k != "upper bound"), flush=True)
+                f"{cell[k]['pick']}={cell[k]['vs_best_baseline']:.3f} (rho {cell[k]['spearman']:+.2f})" for k in critics), flush=True)
     summary = {k: {"geo_mean_vs_best_baseline": math.exp(np.mean(v)), "cells_ge_best": int(sum(x >= -1e-9 for x in v))} for k, v in logs.items()}
     for k, v in summary.items():
         print(f"{k}: geo-mean {v['geo_mean_vs_best_baseline']:.4f}, cells >= best {v['cells_ge_best']} of {len(cells)}  (source=sim)")

@@ -175,7 +175,54 @@ def test_critic_attached_ranks_candidates_under_the_bundle_checksum(sim_data, tm
 def pmoss_attach(policy: Path, critic: Path, output: Path) -> None:
     from pmoss.learn.cli import attach_critic_command
 
-    attach_critic_command(policy, critic=critic, output=output, k=3, temperature=1.0, candidates="samples+heuristics")
+    attach_critic_command(policy, critic=[critic], output=output, k=3, temperature=1.0, candidates="samples+heuristics")
+
+
+def test_an_ensemble_of_critics_predicts_its_members_mean(sim_data, tmp_path, monkeypatch):
+    """critic.members 2: one `pmoss train` writes two critics (seeds 0, 1) as one bundle; attached, it
+    ranks by the members' mean prediction; every member is under the bundle checksum, and a critic
+    trained on other data is refused as a member."""
+    from pmoss.learn.cli import attach_critic_command
+    from pmoss.learn.critic import predict_returns
+    from pmoss.learn.rollout import candidate_pool
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    raw, data = sim_data
+    train(data, tmp_path / "base", TrainConfig(**TINY), algo="dt", progress=False)
+    cfg = tmp_path / "critic.yaml"
+    cfg.write_text(yaml.safe_dump({**TINY, "critic": {"contexts": 2, "members": 2}}))
+    pmoss("train", str(data), "-o", str(tmp_path / "critic"), "--algo", "critic", "--config", str(cfg), "--snapshots", str(raw), "--quiet")
+    ens = load_bundle(tmp_path / "critic")
+    one = [load_bundle(tmp_path / "critic" / "members" / "1")]
+    assert len(ens.members) == 1 and ens.members[0].info["seed"] == 1 and ens.info["seed"] == 0
+    assert not torch.equal(*(next(iter(b.state_dict.values())) for b in (ens, one[0])))  # two seeds, two networks
+
+    m = load_sim_machine(MACHINE)
+    row = read_raw(raw).filter(pc.equal(read_raw(raw)["schedule_kind"], "os-default")).to_pylist()[0]
+    pool = candidate_pool(load_bundle(tmp_path / "base"), m, row, k=3, candidates="samples+heuristics")
+    head = dataclasses.replace(ens, members=[])
+    each = [predict_returns(b, m, row, list(pool.values())) for b in (head, *one)]
+    assert np.allclose(predict_returns(ens, m, row, list(pool.values())), np.mean(each, axis=0))
+
+    # the same ensemble attached from its two files: one head, one member, as from the ensemble's own file
+    attach_critic_command(tmp_path / "base", critic=[tmp_path / "critic" / "members" / "1", tmp_path / "critic"], output=tmp_path / "paired",
+                          k=3, temperature=1.0, candidates="samples+heuristics")  # fmt: skip
+    paired = load_bundle(tmp_path / "paired")
+    assert len(paired.critic.members) == 2 and not any(b.members for b in paired.critic.members)
+    assert propose(paired, m, row, **paired.info["inference"]).validate_for(m)
+    payload = torch.load(tmp_path / "paired" / "model.pt", weights_only=True)
+    name = next(iter(payload["critic"]["members"][1]["state_dict"]))
+    payload["critic"]["members"][1]["state_dict"][name] += 1.0
+    torch.save(payload, tmp_path / "paired" / "model.pt")
+    with pytest.raises(ContractError, match="checksum mismatch"):
+        load_bundle(tmp_path / "paired")
+    other = dataclasses.replace(one[0], stats=dataclasses.replace(one[0].stats, best_return={}))
+    from pmoss.learn.bundle import save_bundle
+
+    save_bundle(other, tmp_path / "other" / "model.pt")
+    with pytest.raises(ContractError, match="other data"):
+        attach_critic_command(tmp_path / "base", critic=[tmp_path / "critic", tmp_path / "other"], output=tmp_path / "bad",
+                              k=3, temperature=1.0, candidates="samples+heuristics")  # fmt: skip
 
 
 def test_propose_measures_the_candidate_pool_from_training_snapshots(sim_data, tmp_path, monkeypatch):

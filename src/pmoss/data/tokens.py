@@ -106,8 +106,7 @@ def normalise_snapshot(row: dict[str, Any], machine: Machine, stats: Stats) -> t
     """What a model reads of a raw snapshot: (meta [M], feats [N, F]) normalised by `stats`, and each
     slice's share of the queries [N]; the one path of inference and of the critic's training inputs."""
     feats, mask, meta = encode_snapshot(row, machine)
-    feats = (feats - np.asarray(stats.feature_mean)) / np.asarray(stats.feature_std) * mask
-    meta = (meta - np.asarray(stats.meta_mean)) / np.asarray(stats.meta_std)
+    feats, meta = stats.features(feats) * mask, stats.meta(meta)
     q = np.asarray(row["queries"], dtype=np.float64)
     share = q / q.sum() if q.sum() > 0 else np.full(len(q), 1 / len(q))
     return meta.astype(np.float32), feats.astype(np.float32), share
@@ -280,6 +279,14 @@ class Stats:
     best_return: dict[str, float] = field(default_factory=dict)  # "machine|workload" -> best qps in train
     n_slices: int = 0
 
+    def features(self, x: np.ndarray) -> np.ndarray:
+        """Per-slice features [..., F] as a model reads them (`_scale`)."""
+        return _scale(x, self.feature_mean, self.feature_std)
+
+    def meta(self, x: np.ndarray) -> np.ndarray:
+        """Machine meta [..., M] as a model reads them (`_scale`)."""
+        return _scale(x, self.meta_mean, self.meta_std)
+
     def best(self, machine: str, workload: str) -> float:
         key = f"{machine}|{workload}"
         if key in self.best_return:
@@ -305,6 +312,18 @@ class Stats:
         return cls(**data)
 
 
+STD_FLOOR = 1e-6  # added to every spread
+
+
+def _scale(x: np.ndarray, mean: list[float], std: list[float]) -> np.ndarray:
+    """(x - mean) / std. A column constant in the training split has spread STD_FLOOR, so a value
+    that departs from it reads ~1e6: the training tokens' remote_dram_loads and link_* are 0 (group
+    schedules keep memory local) and an os-default snapshot's are not, and the DT then reads every
+    slice of it as that one column. Reading such columns as 0 instead (with inputs clipped to +-10)
+    was measured and lost: paper grid dt-base 0.934 -> 0.749, dt-critic 1.031 -> 0.993 (docs/benchmarks-model.md)."""
+    return (x - np.asarray(mean, dtype=np.float64)) / np.asarray(std, dtype=np.float64)
+
+
 def compute_stats(table: pa.Table) -> Stats:
     """Normalisation statistics of the training split only (val/test/holdout never leak into them)."""
     train = table.filter(pc.equal(table["split"], "train"))
@@ -318,7 +337,7 @@ def compute_stats(table: pa.Table) -> Stats:
     for j in range(f):
         vals = feats[mask[:, j], :, j].astype(np.float64)
         if vals.size:
-            mean[j], std[j] = float(vals.mean()), float(vals.std()) + 1e-6
+            mean[j], std[j] = float(vals.mean()), float(vals.std()) + STD_FLOOR
     meta = _dense(train["meta"], len(META_NAMES), np.float64)
     best: dict[str, float] = {}
     for mch, wl, ret in zip(train["machine"].to_pylist(), train["workload"].to_pylist(), train["return"].to_pylist(), strict=True):
@@ -326,6 +345,6 @@ def compute_stats(table: pa.Table) -> Stats:
         best[key] = max(best.get(key, 0.0), ret)
     return Stats(
         feature_mean=mean.tolist(), feature_std=std.tolist(),
-        meta_mean=meta.mean(0).tolist(), meta_std=(meta.std(0) + 1e-6).tolist(),
+        meta_mean=meta.mean(0).tolist(), meta_std=(meta.std(0) + STD_FLOOR).tolist(),
         best_return=best, n_slices=n,
     )  # fmt: skip

@@ -34,6 +34,8 @@ class Bundle:
     state_dict: dict[str, torch.Tensor]
     info: dict[str, Any] = field(default_factory=dict)  # algo, dataset hash, git commit, metrics
     critic: Bundle | None = None  # a return model that ranks this policy's candidates (learn/critic.py), in the same file
+    # a critic's ensemble: critics trained on the same data with other seeds; the prediction is the mean (critic.predict_returns)
+    members: list[Bundle] = field(default_factory=list)
 
     def model(self) -> DecisionTransformer:
         from pmoss.learn.model import DecisionTransformer
@@ -63,27 +65,54 @@ def save_bundle(bundle: Bundle, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     payload = _payload(bundle)
-    if bundle.critic is not None:
-        payload["critic"] = _payload(bundle.critic)
     torch.save({**payload, "sha256": bundle_digest(payload)}, tmp)
     tmp.replace(path)
 
 
 def _payload(bundle: Bundle) -> dict[str, Any]:
-    return {"config": dataclasses.asdict(bundle.config), "stats": dataclasses.asdict(bundle.stats), "state_dict": bundle.state_dict, "info": bundle.info}
+    payload = {"config": dataclasses.asdict(bundle.config), "stats": dataclasses.asdict(bundle.stats), "state_dict": bundle.state_dict, "info": bundle.info}
+    if bundle.critic is not None:
+        payload["critic"] = _payload(bundle.critic)
+    if bundle.members:  # absent when empty: a single critic's file is what it was before ensembles
+        payload["members"] = [_payload(m) for m in bundle.members]
+    return payload
+
+
+def _plain(payload: dict[str, Any]) -> dict[str, Any]:
+    """A payload without tensors (nor checksum), nested parts included."""
+    plain = {k: v for k, v in payload.items() if k not in ("state_dict", "sha256", "critic", "members")}
+    if "critic" in payload:
+        plain["critic"] = _plain(payload["critic"])
+    if "members" in payload:
+        plain["members"] = [_plain(m) for m in payload["members"]]
+    return plain
+
+
+def _tensors(payload: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every tensor of a payload by name: the policy's, then an attached critic's as critic.*, its
+    ensemble's as critic.members.<i>.*."""
+    out = {f"{prefix}{k}": v for k, v in payload["state_dict"].items()}
+    if "critic" in payload:
+        out.update(_tensors(payload["critic"], f"{prefix}critic."))
+    for i, m in enumerate(payload.get("members", [])):
+        out.update(_tensors(m, f"{prefix}members.{i}."))
+    return out
+
+
+def _bundle(raw: dict[str, Any]) -> Bundle:
+    from pmoss.learn.model import DTConfig
+
+    return Bundle(DTConfig(**raw["config"]), Stats(**raw["stats"]), raw["state_dict"], raw.get("info", {}),
+                  _bundle(raw["critic"]) if raw.get("critic") else None, [_bundle(m) for m in raw.get("members", [])])
 
 
 def bundle_digest(payload: dict[str, Any]) -> str:
     """SHA-256 of a bundle's content: its JSON-able parts, then each tensor's name, dtype, shape and
-    bytes (an attached critic's after the policy's, named critic.*)."""
+    bytes (an attached critic's named critic.*, an ensemble's other members members.<i>.*)."""
     import torch
 
-    critic = payload.get("critic")
-    plain = {k: v for k, v in payload.items() if k not in ("state_dict", "sha256", "critic")}
-    if critic is not None:
-        plain["critic"] = {k: v for k, v in critic.items() if k != "state_dict"}
-    h = hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode())
-    tensors = {**payload["state_dict"], **({f"critic.{k}": v for k, v in critic["state_dict"].items()} if critic is not None else {})}
+    h = hashlib.sha256(json.dumps(_plain(payload), sort_keys=True, default=str).encode())
+    tensors = _tensors(payload)
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous().reshape(-1)
         h.update(f"\n{name}:{t.dtype}:{t.numel()}:{tuple(tensors[name].shape)}\n".encode())
@@ -94,8 +123,6 @@ def bundle_digest(payload: dict[str, Any]) -> str:
 def load_bundle(path: Path) -> Bundle:
     import torch
 
-    from pmoss.learn.model import DTConfig
-
     path = Path(path)
     if path.is_dir():
         path = path / BUNDLE_FILE
@@ -104,9 +131,7 @@ def load_bundle(path: Path) -> Bundle:
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
         _verify(raw, path)
-        critic = raw.get("critic")
-        return Bundle(DTConfig(**raw["config"]), Stats(**raw["stats"]), raw["state_dict"], raw.get("info", {}),
-                      Bundle(DTConfig(**critic["config"]), Stats(**critic["stats"]), critic["state_dict"], critic.get("info", {})) if critic else None)
+        return _bundle(raw)
     # a damaged zip or pickle fails in many ways: one line naming the file for all of them
     except (OSError, RuntimeError, KeyError, TypeError, ValueError, AttributeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
         raise ContractError(f"{path}: not a readable P-MOSS model bundle ({brief(e)})") from e

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -34,18 +35,29 @@ def train_command(
     cfg = cfg.model_copy(update={k: v for k, v in {"max_steps": max_steps, "seed": seed}.items() if v is not None})
     if snapshots is not None:
         cfg = cfg.model_copy(update={"critic": cfg.critic.model_copy(update={"snapshots": str(snapshots)})})
-    if ray:
-        from pmoss.learn.ray_train import train_on_ray
+    def run(out: Path, c: TrainConfig, start: Path | None):
+        if ray:
+            from pmoss.learn.ray_train import train_on_ray
 
-        bundle = train_on_ray(data, output, cfg, init=init, algo=algo, workers=workers, shuffle_returns=shuffle_returns)
-    else:
-        bundle = train(data, output, cfg, init=init, algo=algo, progress=not quiet, shuffle_returns=shuffle_returns)
-    typer.echo(f"{output / BUNDLE_FILE}: {bundle.info['train_metrics']}")
+            return train_on_ray(data, out, c, init=start, algo=algo, workers=workers, shuffle_returns=shuffle_returns)
+        return train(data, out, c, init=start, algo=algo, progress=not quiet, shuffle_returns=shuffle_returns)
+
+    bundle = run(output, cfg, init)
+    members = cfg.critic.members if algo == "critic" else 1
+    if members > 1:  # an ensemble of critics: each member its own run and seed; fine-tuned member by member
+        from pmoss.learn.bundle import save_bundle
+
+        def start(i: int) -> Path | None:
+            return init / "members" / str(i) if init is not None and (init / "members" / str(i) / BUNDLE_FILE).is_file() else init
+
+        bundle.members = [run(output / "members" / str(i), cfg.model_copy(update={"seed": cfg.seed + i}), start(i)) for i in range(1, members)]
+        save_bundle(bundle, output / BUNDLE_FILE)
+    typer.echo(f"{output / BUNDLE_FILE}: {bundle.info['train_metrics']}" + (f" (+ {members - 1} members, seeds {cfg.seed + 1}..{cfg.seed + members - 1})" if members > 1 else ""))
 
 
 def attach_critic_command(
     policy: Annotated[Path, typer.Argument(help="The policy's model bundle (a dt model).")],
-    critic: Annotated[Path, typer.Option(help="The return model's bundle (pmoss train --algo critic).")],
+    critic: Annotated[list[Path], typer.Option(help="The return model's bundle (pmoss train --algo critic); repeat it for an ensemble of critics trained on the same data (other seeds): the pick is by their mean prediction.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model directory for the combined bundle (model.pt).")],
     k: Annotated[int, typer.Option(help="Samples the policy proposes next to its greedy schedule.")] = 16,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of the proposals.")] = 1.0,
@@ -59,13 +71,20 @@ def attach_critic_command(
 
     if candidates not in CANDIDATE_SETS:
         raise typer.BadParameter(f"'{candidates}' is not one of {', '.join(CANDIDATE_SETS)}", param_hint="--candidates")
-    pol, crit = load_bundle(policy), load_bundle(critic)
-    if crit.info.get("algo") != "critic":
-        raise ContractError(f"--critic {critic}: a '{crit.info.get('algo', 'dt')}' model, not a critic (pmoss train --algo critic)")
+    pol, crits = load_bundle(policy), [load_bundle(c) for c in critic]
+    for path, c in zip(critic, crits, strict=True):
+        if c.info.get("algo") != "critic":
+            raise ContractError(f"--critic {path}: a '{c.info.get('algo', 'dt')}' model, not a critic (pmoss train --algo critic)")
+        # the mean of predictions is a mean of one quantity only when inputs and targets are normalised alike
+        if c.stats != crits[0].stats or c.config != crits[0].config:
+            raise ContractError(f"--critic {path}: trained on other data or with another network than --critic {critic[0]}; "
+                                "an ensemble's critics share their dataset and config (train them with --seed)")
     if pol.info.get("algo", "dt") not in ("dt", "bc", "cql"):
         raise ContractError(f"{policy}: a '{pol.info.get('algo')}' model proposes no schedules; pass a dt, bc or cql model")
     inference = {**pol.info.get("inference", {}), "mode": "best-of-k", "k": k, "temperature": temperature, "scorer": "critic", "candidates": candidates}
-    pol.info = {**pol.info, "inference": inference, "policy": str(policy), "critic": str(critic)}
-    pol.critic = crit
+    pol.info = {**pol.info, "inference": inference, "policy": str(policy), "critic": str(critic[0]) if len(critic) == 1 else [str(c) for c in critic]}
+    flat = [b for c in crits for b in (c, *c.members)]  # an ensemble given as one file is its members
+    pol.critic = dataclasses.replace(flat[0], members=[dataclasses.replace(b, members=[]) for b in flat[1:]])
     save_bundle(pol, output / BUNDLE_FILE)
-    typer.echo(f"{output / BUNDLE_FILE}: {policy} proposes greedy + {k} samples, {critic} picks ({candidates})")
+    picks = f"{critic[0]} picks" if len(critic) == 1 else f"the mean of {len(critic)} critics ({', '.join(map(str, critic))}) picks"
+    typer.echo(f"{output / BUNDLE_FILE}: {policy} proposes greedy + {k} samples, {picks} ({candidates})")

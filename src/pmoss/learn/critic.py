@@ -79,20 +79,21 @@ def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, scale: float, t
 
 
 @torch.inference_mode()
-def predict_returns(bundle: Bundle, machine: Machine, row: dict[str, Any], schedules: list[Schedule], model: torch.nn.Module | None = None) -> np.ndarray:
-    """The critic's predicted scaled return of each schedule [K] (groups only), from snapshot `row`."""
+def predict_returns(bundle: Bundle, machine: Machine, row: dict[str, Any], schedules: list[Schedule]) -> np.ndarray:
+    """The critic's predicted scaled return of each schedule [K] (groups only), from snapshot `row`;
+    an ensemble's (`bundle.members`, same data and normalisation) is its members' mean: one seed's
+    ranking of candidates a few percent apart moves with the seed (docs/benchmarks-model.md)."""
     from pmoss.data.tokens import normalise_snapshot
 
     if bundle.info.get("algo") != "critic":
         raise ValueError(f"scorer: the model bundle is a '{bundle.info.get('algo', 'dt')}' model, not a critic (pmoss train --algo critic)")
-    model = model or bundle.model()
     meta_, feats_, share = normalise_snapshot(row, machine, bundle.stats)
     meta, feats = torch.from_numpy(meta_), torch.from_numpy(feats_)
     K = len(schedules)
     groups = torch.as_tensor(np.stack([s.group_index(machine) for s in schedules]), dtype=torch.long)  # [K, N]
     m = {k: v.unsqueeze(0).expand(K, *v.shape) for k, v in as_tensors(machine_arrays(machine)).items()}
     summary, chosen = schedule_path(groups, feats.expand(K, *feats.shape), torch.as_tensor(share, dtype=torch.float32).expand(K, -1), m)
-    return model.value(meta.expand(K, -1), summary, chosen).numpy()
+    return np.mean([b.model().value(meta.expand(K, -1), summary, chosen).numpy() for b in (bundle, *bundle.members)], axis=0)
 
 
 def snapshot_contexts(raw: Path, ids: list[str], cells: list[str], split: str, stats: Stats, machines: dict[str, Machine], k: int, seed: int,

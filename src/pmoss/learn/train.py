@@ -80,9 +80,9 @@ class EpisodeArrays(torch.utils.data.Dataset):
         self.size = t.num_rows
         feats = np.stack(t["features"].to_numpy(zero_copy_only=False)).reshape(-1, n, f) if self.size else np.zeros((0, n, f))
         mask = np.stack(t["feature_mask"].to_numpy(zero_copy_only=False)) if self.size else np.zeros((0, f), bool)
-        self.feats = ((feats - np.asarray(s.feature_mean)) / np.asarray(s.feature_std) * mask[:, None, :]).astype(np.float32)
+        self.feats = (s.features(feats) * mask[:, None, :]).astype(np.float32)
         meta = np.stack(t["meta"].to_numpy(zero_copy_only=False)) if self.size else np.zeros((0, len(s.meta_names)))
-        self.meta = ((meta - np.asarray(s.meta_mean)) / np.asarray(s.meta_std)).astype(np.float32)
+        self.meta = s.meta(meta).astype(np.float32)
         names, workloads = t["machine"].to_pylist(), t["workload"].to_pylist()
         self.actions = np.stack(t["actions"].to_numpy(zero_copy_only=False)).astype(np.int64) if self.size else np.zeros((0, n), np.int64)
         # Each episode's machine as padded index arrays (data/state.py), so machines of any size batch together.
@@ -402,7 +402,7 @@ def write_bundle(output: Path, cfg: TrainConfig, model_cfg: DTConfig, stats: Sta
                  metrics: dict[str, float], init: Path | None, data: Path, shuffle_returns: int | None = None, **info: Any) -> Bundle:  # fmt: skip
     logger.log_hyperparams({"algo": algo, **{f"model.{k}": v for k, v in asdict(model_cfg).items()}, **cfg.model_dump(exclude={"model"})})
     bundle = Bundle(model_cfg, stats, weights,
-                    {"algo": algo, "train_metrics": metrics, "mlflow_run_id": logger.run_id, "git_commit": git_commit(),
+                    {"algo": algo, "seed": cfg.seed, "train_metrics": metrics, "mlflow_run_id": logger.run_id, "git_commit": git_commit(),
                      "init": str(init) if init else None, "data": str(data), "shuffled_returns": shuffle_returns, **info})  # fmt: skip
     save_bundle(bundle, output / BUNDLE_FILE)
     return bundle
