@@ -20,7 +20,6 @@ evaluation seeds is for this comparison only, never for a served pick.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -30,7 +29,7 @@ import yaml
 from scipy.stats import spearmanr
 
 from pmoss.evaluate import EvalConfig, cell_baselines, cell_snapshot, measure
-from pmoss.learn.bundle import load_bundle
+from pmoss.learn.bundle import ensemble_of, load_bundle
 from pmoss.learn.rollout import candidate_pool, critic_choice
 from pmoss.sim import load_sim_machine
 
@@ -49,7 +48,7 @@ def main() -> None:
     policy, loaded = load_bundle(a.policy), [load_bundle(c) for c in a.critic]
     critics = {str(path): c for path, c in zip(a.critic, loaded, strict=True)}
     if a.ensemble:
-        critics["ensemble"] = dataclasses.replace(loaded[0], members=loaded[1:])
+        critics["ensemble"] = ensemble_of(loaded)
     cells, logs = {}, {"upper bound": [], **{name: [] for name in critics}}
     for name in cfg.machines:
         m = load_sim_machine(name)

@@ -45,6 +45,13 @@ class Bundle:
         return m.eval()
 
 
+def ensemble_of(critics: list[Bundle]) -> Bundle:
+    """One critic bundle predicting the mean of `critics` (each one critic or an ensemble itself):
+    the first as head, every other critic a member, flat (critic.predict_returns reads one level)."""
+    flat = [b for c in critics for b in (c, *c.members)]
+    return dataclasses.replace(flat[0], members=[dataclasses.replace(b, members=[]) for b in flat[1:]])
+
+
 def untrained_like(bundle: Bundle, seed: int = 0) -> Bundle:
     """The same network, normalisation and inference settings with freshly initialised weights: the
     control that shows what the inference masks alone do (anything a trained model adds is learned)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -35,6 +34,7 @@ def train_command(
     cfg = cfg.model_copy(update={k: v for k, v in {"max_steps": max_steps, "seed": seed}.items() if v is not None})
     if snapshots is not None:
         cfg = cfg.model_copy(update={"critic": cfg.critic.model_copy(update={"snapshots": str(snapshots)})})
+
     def run(out: Path, c: TrainConfig, start: Path | None):
         if ray:
             from pmoss.learn.ray_train import train_on_ray
@@ -47,8 +47,9 @@ def train_command(
     if members > 1:  # an ensemble of critics: each member its own run and seed; fine-tuned member by member
         from pmoss.learn.bundle import save_bundle
 
-        def start(i: int) -> Path | None:
-            return init / "members" / str(i) if init is not None and (init / "members" / str(i) / BUNDLE_FILE).is_file() else init
+        def start(i: int) -> Path | None:  # member i of an ensemble --init, else the one --init
+            own = (init if init.is_dir() else init.parent) / "members" / str(i) if init is not None else None
+            return own if own is not None and (own / BUNDLE_FILE).is_file() else init
 
         bundle.members = [run(output / "members" / str(i), cfg.model_copy(update={"seed": cfg.seed + i}), start(i)) for i in range(1, members)]
         save_bundle(bundle, output / BUNDLE_FILE)
@@ -66,7 +67,7 @@ def attach_critic_command(
     """One bundle that proposes with the policy and picks with the critic (best-of-k, scorer critic):
     `pmoss evaluate`, the registry and `pmoss serve` run it like any model; the critic's time counts."""
     from pmoss.contracts.errors import ContractError
-    from pmoss.learn.bundle import load_bundle, save_bundle
+    from pmoss.learn.bundle import ensemble_of, load_bundle, save_bundle
     from pmoss.learn.rollout import CANDIDATE_SETS
 
     if candidates not in CANDIDATE_SETS:
@@ -83,8 +84,7 @@ def attach_critic_command(
         raise ContractError(f"{policy}: a '{pol.info.get('algo')}' model proposes no schedules; pass a dt, bc or cql model")
     inference = {**pol.info.get("inference", {}), "mode": "best-of-k", "k": k, "temperature": temperature, "scorer": "critic", "candidates": candidates}
     pol.info = {**pol.info, "inference": inference, "policy": str(policy), "critic": str(critic[0]) if len(critic) == 1 else [str(c) for c in critic]}
-    flat = [b for c in crits for b in (c, *c.members)]  # an ensemble given as one file is its members
-    pol.critic = dataclasses.replace(flat[0], members=[dataclasses.replace(b, members=[]) for b in flat[1:]])
+    pol.critic = ensemble_of(crits)
     save_bundle(pol, output / BUNDLE_FILE)
     picks = f"{critic[0]} picks" if len(critic) == 1 else f"the mean of {len(critic)} critics ({', '.join(map(str, critic))}) picks"
     typer.echo(f"{output / BUNDLE_FILE}: {policy} proposes greedy + {k} samples, {picks} ({candidates})")
