@@ -66,6 +66,31 @@ def test_critic_reads_other_snapshots_of_its_cell(sim_data):
         assert float(ds[j]["ret"]) == pytest.approx(ds.returns[i])  # the target is the episode's, not the snapshot's
 
 
+def test_critic_normalises_by_the_snapshots_it_reads(sim_data, tmp_path, monkeypatch):
+    """critic.stats 'snapshots': the tokens' statistics come from group schedules, under which some
+    counters never move (spread at the floor), so an os-default snapshot reads ~1e6 in them; the
+    critic's own statistics, from the raw training-split snapshots of every kind, keep what it reads
+    O(1) and travel in its bundle."""
+    from pmoss.data.dataset import load_tokens
+    from pmoss.learn.critic import snapshot_stats
+
+    raw, data = sim_data
+    _, tok_stats, machines = load_tokens(data)
+    stats = snapshot_stats(raw, data, tok_stats, machines)
+    assert stats.best_return == tok_stats.best_return and stats.n_slices == tok_stats.n_slices
+    m = load_sim_machine(MACHINE)
+    shared = read_raw(raw).filter(pc.equal(read_raw(raw)["schedule_kind"], "os-default")).to_pylist()
+    worst = lambda s: max(max(np.abs(normalise_snapshot(r, m, s)[1]).max(), np.abs(normalise_snapshot(r, m, s)[0]).max()) for r in shared)  # noqa: E731
+    assert worst(tok_stats) > 1e3  # the drowning this exists for
+    assert worst(stats) < 50
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    cfg = tmp_path / "critic.yaml"
+    cfg.write_text(yaml.safe_dump({**TINY, "critic": {"contexts": 2, "stats": "snapshots"}}))
+    pmoss("train", str(data), "-o", str(tmp_path / "critic"), "--algo", "critic", "--config", str(cfg), "--snapshots", str(raw), "--quiet")
+    assert load_bundle(tmp_path / "critic").stats == stats
+
+
 def test_grouped_items_are_one_decisions_candidates(sim_data):
     """critic.group M: an item is M schedules of one cell read with one snapshot (what dt-critic
     ranks at inference), its first the item's own episode, drawn the same on every read (resume)."""
