@@ -320,7 +320,8 @@ def _scale(x: np.ndarray, mean: list[float], std: list[float]) -> np.ndarray:
     that departs from it reads ~1e6: the training tokens' remote_dram_loads and link_* are 0 (group
     schedules keep memory local) and an os-default snapshot's are not, and the DT then reads every
     slice of it as that one column. Reading such columns as 0 instead (with inputs clipped to +-10)
-    was measured and lost: paper grid dt-base 0.934 -> 0.749, dt-critic 1.031 -> 0.993 (docs/benchmarks-model.md)."""
+    was measured and lost: paper grid dt-base 0.934 -> 0.749, dt-critic 1.031 -> 0.993 (docs/benchmarks-model.md).
+    A critic may carry statistics of the raw snapshots it reads instead (critic.snapshot_stats)."""
     return (x - np.asarray(mean, dtype=np.float64)) / np.asarray(std, dtype=np.float64)
 
 
