@@ -37,10 +37,10 @@ class CriticParams(BaseModel):
     # members > 1: an ensemble, the same critic trained with seeds seed, seed+1, ...; it predicts their
     # mean (critic.predict_returns). Member 0 is in the model directory, member i in members/<i>/.
     members: int = Field(1, ge=1)
-    # what the inputs are normalised by: "tokens", the tokenised training split's statistics (the
-    # policy's); "snapshots", those of the raw training-split snapshots the critic reads, of every
-    # schedule kind (critic.snapshot_stats)
-    stats: Literal["tokens", "snapshots"] = "tokens"
+    # what the inputs are normalised by: "snapshots", the statistics of the raw training-split
+    # snapshots the critic reads, of every schedule kind (critic.snapshot_stats); "tokens", the
+    # tokenised training split's (the policy's: group schedules only, where some counters never move)
+    stats: Literal["tokens", "snapshots"] = "snapshots"
 
 
 class TrainConfig(BaseModel):
