@@ -75,8 +75,8 @@ def test_critic_normalises_by_the_snapshots_it_reads(sim_data, tmp_path, monkeyp
     from pmoss.learn.critic import snapshot_stats
 
     raw, data = sim_data
-    _, tok_stats, machines = load_tokens(data)
-    stats = snapshot_stats(raw, data, tok_stats, machines)
+    table, tok_stats, machines = load_tokens(data)
+    stats = snapshot_stats(raw, data, table, tok_stats, machines)
     assert stats.best_return == tok_stats.best_return and stats.n_slices == tok_stats.n_slices
     m = load_sim_machine(MACHINE)
     shared = read_raw(raw).filter(pc.equal(read_raw(raw)["schedule_kind"], "os-default")).to_pylist()

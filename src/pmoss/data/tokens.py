@@ -334,18 +334,22 @@ def compute_stats(table: pa.Table) -> Stats:
     f = len(SLICE_FEATURES)
     feats = _dense(train["features"], n * f, np.float32).reshape(-1, n, f)  # [E, N, F]
     mask = _dense(train["feature_mask"], f, bool)  # [E, F]
-    mean, std = np.zeros(f), np.ones(f)
-    for j in range(f):
-        vals = feats[mask[:, j], :, j].astype(np.float64)
-        if vals.size:
-            mean[j], std[j] = float(vals.mean()), float(vals.std()) + STD_FLOOR
     meta = _dense(train["meta"], len(META_NAMES), np.float64)
     best: dict[str, float] = {}
     for mch, wl, ret in zip(train["machine"].to_pylist(), train["workload"].to_pylist(), train["return"].to_pylist(), strict=True):
         key = f"{mch}|{wl}"
         best[key] = max(best.get(key, 0.0), ret)
-    return Stats(
-        feature_mean=mean.tolist(), feature_std=std.tolist(),
-        meta_mean=meta.mean(0).tolist(), meta_std=(meta.std(0) + STD_FLOOR).tolist(),
-        best_return=best, n_slices=n,
-    )  # fmt: skip
+    return Stats(**spreads(feats, mask, meta), best_return=best, n_slices=n)
+
+
+def spreads(feats: np.ndarray, mask: np.ndarray, meta: np.ndarray) -> dict[str, list[float]]:
+    """Stats' mean and spread fields of features [E, N, F] (a column over the episodes that have it,
+    `mask` [E, F]) and meta [E, M]: the tokens' (compute_stats) and a critic's (critic.snapshot_stats)."""
+    f = feats.shape[2]
+    mean, std = np.zeros(f), np.ones(f)
+    for j in range(f):
+        vals = feats[mask[:, j], :, j].astype(np.float64)
+        if vals.size:
+            mean[j], std[j] = float(vals.mean()), float(vals.std()) + STD_FLOOR
+    meta = meta.astype(np.float64)
+    return {"feature_mean": mean.tolist(), "feature_std": std.tolist(), "meta_mean": meta.mean(0).tolist(), "meta_std": (meta.std(0) + STD_FLOOR).tolist()}

@@ -32,6 +32,8 @@ from pmoss.learn.model import DecisionTransformer, DTConfig
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import pyarrow as pa
+
     from pmoss.contracts.machine import Machine
     from pmoss.data.tokens import Stats
     from pmoss.contracts.schedule import Schedule
@@ -96,39 +98,38 @@ def predict_returns(bundle: Bundle, machine: Machine, row: dict[str, Any], sched
     return np.mean([b.model().value(meta.expand(K, -1), summary, chosen).numpy() for b in (bundle, *bundle.members)], axis=0)
 
 
-def snapshot_stats(raw: Path, dataset: Path, stats: Stats, machines: dict[str, Machine]) -> Stats:
+def snapshot_stats(raw: Path, dataset: Path, tokens: pa.Table, stats: Stats, machines: dict[str, Machine]) -> Stats:
     """`stats` with the feature and meta spreads of the raw training-split snapshots of the dataset's
-    cells, every schedule kind: what the critic reads. The tokens' statistics come from group
-    schedules only, which keep memory local, so remote loads and link traffic are constant (0) there
-    and an os-default snapshot's read ~1e6 (tokens._scale), drowning every other input."""
+    cells (`tokens`: its table), every schedule kind: what the critic reads. The tokens' statistics
+    come from group schedules only, which keep memory local, so remote loads and link traffic are
+    constant (0) there and an os-default snapshot's read ~1e6 (tokens._scale), drowning every other input."""
     import dataclasses
+
+    from pmoss.data.tokens import encode_snapshot, split_of, spreads
+
+    cells = sorted({f"{m}|{w}|{d}" for m, w, d in zip(*(tokens[c].to_pylist() for c in ("machine", "workload", "dataset")), strict=True)})
+    rows, val, test = _cell_rows(raw, cells, dataset)
+    rows = [r for r in rows if split_of(r["episode_id"], val, test) == "train"]
+    if not rows:
+        raise ContractError(f"{raw}: no raw training-split snapshot of {dataset}'s cells; pass the directory the dataset was built from")
+    enc = [encode_snapshot(r, machines[r["machine"]]) for r in rows]
+    return dataclasses.replace(stats, **spreads(*(np.stack([e[i] for e in enc]) for i in range(3))))
+
+
+def _cell_rows(raw: Path, cells: list[str], dataset: Path) -> tuple[list[dict[str, Any]], float, float]:
+    """The raw rows of `cells` ("machine|workload|dataset"), and the dataset's val / test fractions."""
     import json
 
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from pmoss.contracts.snapshot import read_raw
-    from pmoss.data.dataset import load_tokens
-    from pmoss.data.tokens import STD_FLOOR, encode_snapshot, split_of
 
-    tokens, _, _ = load_tokens(dataset)
-    cells = sorted({f"{m}|{w}|{d}" for m, w, d in zip(*(tokens[c].to_pylist() for c in ("machine", "workload", "dataset")), strict=True)})
     fractions = json.loads((dataset / "dataset.json").read_text()) if (dataset / "dataset.json").is_file() else {}
     table = read_raw(raw)
     key = [f"{m}|{w}|{d}" for m, w, d in zip(*(table[c].to_pylist() for c in ("machine", "workload", "dataset")), strict=True)]
-    table = table.filter(pc.is_in(pa.array(key, pa.string()), value_set=pa.array(cells, pa.string())))
-    rows = [r for r in table.to_pylist() if split_of(r["episode_id"], fractions.get("val", 0.1), fractions.get("test", 0.1)) == "train"]
-    if not rows:
-        raise ContractError(f"{raw}: no raw training-split snapshot of {dataset}'s cells; pass the directory the dataset was built from")
-    enc = [encode_snapshot(r, machines[r["machine"]]) for r in rows]
-    feats, mask, meta = np.stack([e[0] for e in enc]).astype(np.float64), np.stack([e[1] for e in enc]), np.stack([e[2] for e in enc]).astype(np.float64)
-    f_mean, f_std = np.zeros(feats.shape[2]), np.ones(feats.shape[2])
-    for j in range(feats.shape[2]):
-        vals = feats[mask[:, j], :, j]
-        if vals.size:
-            f_mean[j], f_std[j] = vals.mean(), vals.std() + STD_FLOOR
-    return dataclasses.replace(stats, feature_mean=f_mean.tolist(), feature_std=f_std.tolist(), meta_mean=meta.mean(0).tolist(),
-                               meta_std=(meta.std(0) + STD_FLOOR).tolist())  # fmt: skip
+    table = table.filter(pc.is_in(pa.array(key, pa.string()), value_set=pa.array(sorted(set(cells)), pa.string())))
+    return table.to_pylist(), fractions.get("val", 0.1), fractions.get("test", 0.1)
 
 
 def snapshot_contexts(raw: Path, ids: list[str], cells: list[str], split: str, stats: Stats, machines: dict[str, Machine], k: int, seed: int,
@@ -137,23 +138,11 @@ def snapshot_contexts(raw: Path, ids: list[str], cells: list[str], split: str, s
     normalised as at inference, index [k, E] of episode e's r-th snapshot). Snapshots of e's cell
     ("machine|workload|dataset") and split, never e's own; even r from the any-worker kinds where the
     cell has one."""
-    import json
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from pmoss.contracts.snapshot import read_raw
     from pmoss.data.tokens import normalise_snapshot, split_of
 
-    fractions = json.loads((dataset / "dataset.json").read_text()) if (dataset / "dataset.json").is_file() else {}
-    val, test = fractions.get("val", 0.1), fractions.get("test", 0.1)
-    wanted = set(cells)
-    table = read_raw(raw)
-    key = [f"{m}|{w}|{d}" for m, w, d in zip(*(table[c].to_pylist() for c in ("machine", "workload", "dataset")), strict=True)]
-    table = table.filter(pc.is_in(pa.array(key, pa.string()), value_set=pa.array(sorted(wanted), pa.string())))
-    rows = table.to_pylist()
+    rows, val, test = _cell_rows(raw, cells, dataset)
     if not rows:
-        raise ContractError(f"{raw}: no raw snapshot of the dataset's cells ({sorted(wanted)[0]}, ...); pass the directory the dataset was built from")
+        raise ContractError(f"{raw}: no raw snapshot of the dataset's cells ({sorted(cells)[0]}, ...); pass the directory the dataset was built from")
     meta, feats, share, all_rows, by_cell, shared = [], [], [], {}, {}, {}
     for r, row in enumerate(rows):
         m_, f_, s_ = normalise_snapshot(row, machines[row["machine"]], stats)

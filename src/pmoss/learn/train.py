@@ -282,14 +282,14 @@ def prepare(data: Path, cfg: TrainConfig, init: Path | None, algo: str) -> tuple
     if algo not in ALGOS:
         raise TrainError(f"--algo {algo}: expected one of {', '.join(ALGOS)}")
     base = load_bundle(init) if init else None
-    _, stats, machines = load_tokens(data)
+    table, stats, machines = load_tokens(data)
     if base is None:
         if algo == "critic" and cfg.critic.stats == "snapshots":
             from pmoss.learn.critic import snapshot_stats
 
             if not cfg.critic.snapshots:
                 raise TrainError("--algo critic with critic.stats 'snapshots': pass --snapshots RAW_DIR (the raw snapshots the dataset was built from)")
-            stats = snapshot_stats(Path(cfg.critic.snapshots), Path(data), stats, machines)
+            stats = snapshot_stats(Path(cfg.critic.snapshots), Path(data), table, stats, machines)
         return stats, model_config_for(stats, cfg, algo), None
     if base.info.get("algo", "dt") != algo:
         raise TrainError(f"--init {init}: a '{base.info.get('algo', 'dt')}' model cannot be fine-tuned as --algo {algo}; pass the matching --algo")
