@@ -245,3 +245,4 @@ def test_compare_phases_on_the_runtime_measures_spread(tmp_path):
     assert e["served_vs_best_min"] <= e["served_vs_best"] <= e["served_vs_best_max"]
     noisy = e["served_vs_best_min"] <= 1.0 <= e["served_vs_best_max"]
     assert (e["verdict"] == "within noise") == noisy
+    assert e["served_while_serving"] is None  # no round was served in this timeline: null, not NaN

@@ -395,11 +395,13 @@ def _round_under(backend: Any, schedule: Schedule, workload: str, seconds: float
     return one
 
 
-def _steady(timeline: Timeline, label: str) -> float:
+def _steady(timeline: Timeline, label: str) -> float | None:
+    """None for a phase with no throughput round in the timeline (JSON null, not NaN)."""
     rows = [r for r in timeline.rows if r["phase"] == label]
     settled = max([r["t_s"] for r in rows if r["event"] == "migration_end"], default=-math.inf)
     steady = [r["throughput_qps"] for r in rows if r["event"] == "throughput" and r["t_s"] > settled]
-    return float(np.mean(steady or [r["throughput_qps"] for r in rows if r["event"] == "throughput"]))
+    rounds = steady or [r["throughput_qps"] for r in rows if r["event"] == "throughput"]
+    return float(np.mean(rounds)) if rounds else None
 
 
 def plot_timeline(timeline: Timeline, out: Path, source: str) -> None:
