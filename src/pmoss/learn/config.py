@@ -32,10 +32,6 @@ class CriticParams(BaseModel):
     # counts items), as dt-critic's candidates are at inference, and rank_weight adds a pairwise
     # loss on their order to the return regression (critic.py)
     group: int = Field(1, ge=1)
-    # decisions: a `pmoss propose` candidate's group is drawn from the candidates of its own decision
-    # (proposed from the same snapshot), read with that snapshot at every even context: the pairs
-    # dt-critic's pick depends on, not two schedules of the cell at random (critic.decisions_of)
-    decisions: bool = False
     rank_weight: float = Field(0.0, ge=0.0)
     rank_scale: float = Field(0.02, gt=0.0)  # a predicted-return gap of this size is a confident order
     # members > 1: an ensemble, the same critic trained with seeds seed, seed+1, ...; it predicts their

@@ -132,35 +132,12 @@ def _cell_rows(raw: Path, cells: list[str], dataset: Path) -> tuple[list[dict[st
     return table.to_pylist(), fractions.get("val", 0.1), fractions.get("test", 0.1)
 
 
-def decisions_of(dataset: Path) -> dict[str, str]:
-    """episode id -> id of the snapshot it was proposed from, for every `pmoss propose` candidate in
-    the raw directories `dataset` was built from (dataset.json): one decision's candidates share it."""
-    import json
-    from pathlib import Path
-
-    import pyarrow.compute as pc
-
-    from pmoss.contracts.snapshot import read_raw
-
-    out: dict[str, str] = {}
-    for raw in json.loads((dataset / "dataset.json").read_text()).get("raw", []) if (dataset / "dataset.json").is_file() else []:
-        if not Path(raw).exists():
-            raise ContractError(f"{dataset}/dataset.json: raw directory '{raw}' (critic.decisions reads its proposals' provenance) does not exist here")
-        t = read_raw(Path(raw))
-        t = t.filter(pc.equal(t["schedule_kind"], "learned"))
-        for e, prov in zip(t["episode_id"].to_pylist(), t["schedule_provenance"].to_pylist(), strict=True):
-            snapshot = json.loads(prov or "{}").get("snapshot")
-            if snapshot:
-                out[e] = snapshot
-    return out
-
-
 def snapshot_contexts(raw: Path, ids: list[str], cells: list[str], split: str, stats: Stats, machines: dict[str, Machine], k: int, seed: int,
-                      dataset: Path, decisions: dict[str, str] | None = None) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:  # fmt: skip
+                      dataset: Path) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:  # fmt: skip
     """The raw snapshots training items are read with: ((meta [R, M], feats [R, N, F], share [R, N])
     normalised as at inference, index [k, E] of episode e's r-th snapshot). Snapshots of e's cell
     ("machine|workload|dataset") and split, never e's own; even r from the any-worker kinds where the
-    cell has one, or the snapshot e was proposed from (`decisions`) where it is of e's split."""
+    cell has one."""
     from pmoss.data.tokens import normalise_snapshot, split_of
 
     rows, val, test = _cell_rows(raw, cells, dataset)
@@ -176,17 +153,13 @@ def snapshot_contexts(raw: Path, ids: list[str], cells: list[str], split: str, s
             by_cell.setdefault(cell, []).append(r)
             if row["schedule_kind"] in ANY_WORKER_KINDS:
                 shared.setdefault(cell, []).append(r)
-    in_split = {rows[r]["episode_id"]: r for pool in by_cell.values() for r in pool}
     rng = np.random.default_rng(seed)
     index = np.zeros((k, len(cells)), dtype=np.int64)
     for e, cell in enumerate(cells):
         pool = by_cell.get(cell) or all_rows[cell]  # a split with no snapshot of the cell borrows the others'
         others = [r for r in pool if rows[r]["episode_id"] != ids[e]] or pool
-        source = in_split.get((decisions or {}).get(ids[e], ""))
         for r in range(k):
             choice = shared.get(cell) if r % 2 == 0 and shared.get(cell) else others
             index[r, e] = choice[int(rng.integers(len(choice)))]
-            if r % 2 == 0 and source is not None:  # drawn all the same: the odd contexts stay as without decisions
-                index[r, e] = source
     return (np.stack(meta), np.stack(feats), np.stack(share)), index
 

@@ -64,12 +64,11 @@ class EpisodeArrays(torch.utils.data.Dataset):
     `contexts` K (the critic) makes K items per episode: its schedule and return read with K raw
     snapshots of the same cell from `snapshots` (critic.py, `snapshot_contexts`); with `group` M > 1
     an item also holds M - 1 other episodes of the cell read with the same snapshot (tensors [M, ...]),
-    drawn as a pure function of (seed, item): the candidates of one decision, for a ranking loss;
-    with `decisions`, a proposed candidate's others are its own decision's (critic.decisions_of).
+    drawn as a pure function of (seed, item): the candidates of one decision, for a ranking loss.
     """
 
     def __init__(self, path: Path, split: str, stats: Stats | None = None, top_quantile: float | None = None, shuffle_returns: int | None = None,
-                 contexts: int | None = None, snapshots: str | None = None, seed: int = 0, group: int = 1, decisions: bool = False):  # fmt: skip
+                 contexts: int | None = None, snapshots: str | None = None, seed: int = 0, group: int = 1):  # fmt: skip
         table, data_stats, machines = load_tokens(path)
         self.stats = stats or data_stats
         s = self.stats
@@ -104,20 +103,16 @@ class EpisodeArrays(torch.utils.data.Dataset):
         # the snapshot each item is read with: its own episode's, or (critic) other raw snapshots of its cell
         self.snap_meta, self.snap_feats, self.snap_share = self.meta, self.feats, self.share
         self.context = np.arange(self.size)[None]
-        self.group, self.seed, self.group_of, self.members = group, seed, [], {}
+        self.group, self.seed, self.cell_of, self.members = group, seed, [], {}
         if contexts and self.size:
-            from pmoss.learn.critic import decisions_of, snapshot_contexts
+            from pmoss.learn.critic import snapshot_contexts
 
-            ids = t["episode_id"].to_pylist()
-            proposed = decisions_of(path) if decisions else {}
-            # an episode's group: its decision's candidates where it was proposed, else its cell's episodes
-            self.group_of = [proposed.get(e) or f"{m}|{w}|{d}" for e, m, w, d in zip(ids, names, workloads, t["dataset"].to_pylist(), strict=True)]
-            for i, g in enumerate(self.group_of):
-                self.members.setdefault(g, []).append(i)
+            self.cell_of = [f"{m}|{w}|{d}" for m, w, d in zip(names, workloads, t["dataset"].to_pylist(), strict=True)]
+            for i, cell in enumerate(self.cell_of):
+                self.members.setdefault(cell, []).append(i)
             self.members = {c: np.asarray(m) for c, m in self.members.items()}
-            cells = [f"{m}|{w}|{d}" for m, w, d in zip(names, workloads, t["dataset"].to_pylist(), strict=True)]
             (self.snap_meta, self.snap_feats, self.snap_share), self.context = snapshot_contexts(
-                Path(snapshots or ""), ids, cells, split, s, machines, contexts, seed, path, proposed)
+                Path(snapshots or ""), t["episode_id"].to_pylist(), self.cell_of, split, s, machines, contexts, seed, path)
 
     def __len__(self) -> int:
         return self.size * len(self.context)
@@ -125,10 +120,10 @@ class EpisodeArrays(torch.utils.data.Dataset):
     def __getitem__(self, j: int) -> dict[str, torch.Tensor]:
         k, i = divmod(j, self.size)
         c = self.context[k, i]  # the snapshot: episode i's own unless contexts were asked for
-        if self.group == 1 or not self.group_of:
+        if self.group == 1 or not self.cell_of:
             return self._item(c, i)
-        members = self.members[self.group_of[i]]
-        pool = members[members != i] if len(members) > 1 else members
+        cell = self.members[self.cell_of[i]]
+        pool = cell[cell != i] if len(cell) > 1 else cell
         rng = np.random.default_rng((self.seed, j))
         others = rng.choice(pool, self.group - 1, replace=len(pool) < self.group - 1)
         items = [self._item(c, e) for e in (i, *others)]
@@ -205,9 +200,9 @@ def build_datamodule(path: Path, cfg: TrainConfig, stats: Stats | None = None, a
         def setup(self, stage: str | None = None) -> None:
             group = cfg.critic.group if algo == "critic" else 1
             self.train_set = EpisodeArrays(path, "train", stats, top_quantile=top, shuffle_returns=shuffle_returns, contexts=ctx, snapshots=cfg.critic.snapshots,
-                                           seed=cfg.seed, group=group, decisions=cfg.critic.decisions)  # fmt: skip
+                                           seed=cfg.seed, group=group)  # fmt: skip
             self.val_set = EpisodeArrays(path, "val", stats, top_quantile=top, shuffle_returns=shuffle_returns, contexts=ctx, snapshots=cfg.critic.snapshots,
-                                         seed=cfg.seed + 1, group=group, decisions=cfg.critic.decisions)  # fmt: skip
+                                         seed=cfg.seed + 1, group=group)  # fmt: skip
             if len(self.train_set) == 0:
                 raise TrainError(f"{path}: the training split has no episode; collect more")
 
