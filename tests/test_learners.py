@@ -130,6 +130,7 @@ def test_trained_bundle_rolls_out(tmp_path, algo, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.ci
+@pytest.mark.filterwarnings("ignore:Checkpoint directory:UserWarning")  # resuming into its own checkpoints is the point
 def test_resume_after_stop_matches_uninterrupted_run(tmp_path, monkeypatch):
     """A run cut at step 4 and resumed from last.ckpt ends bit-identical to one that ran 8 steps straight."""
     from pmoss.learn.train import train
