@@ -6,6 +6,7 @@ with the exact command that produced each one.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def table() -> str:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help only
     text = DOC.read_text()
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)

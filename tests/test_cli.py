@@ -71,3 +71,13 @@ def test_malformed_pool_names_field(tmp_path):
     pool.write_text("name: p\nmachines: [intel-skx-4s]\nworkloads: [ycsb-c]\nepisodes_per_cell: 2\nmix: {sn-random: 0.3}\n")
     r = pmoss("collect", str(pool), "-o", str(tmp_path / "raw"))
     assert r.returncode == 1 and "field 'mix'" in r.stderr
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py")))
+def test_every_benchmark_answers_help_without_running(script):
+    """`--help` prints usage and leaves the records alone (bench_inference.py once ran, and recorded '--help' as its command)."""
+    root = Path(__file__).resolve().parents[1]
+    before = {p: p.stat().st_mtime_ns for p in (root / "benchmarks" / "results").glob("*.json")}
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--help"], capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 0 and "usage:" in r.stdout, (script, r.stderr[-500:])
+    assert {p: p.stat().st_mtime_ns for p in (root / "benchmarks" / "results").glob("*.json")} == before
