@@ -40,6 +40,9 @@ def main() -> None:
     ap.add_argument("--policy", type=Path, required=True, help="the model bundle that proposes the candidates")
     ap.add_argument("--critic", type=Path, action="append", required=True, help="a critic bundle to compare (repeatable)")
     ap.add_argument("--k", type=int, default=4, help="samples per snapshot (default: params.yaml critic.serve_k, 4)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the samples' temperature (default 1.0, as served)")
+    ap.add_argument("--target-factor", type=float, default=2.0, help="the policy's target return factor (default 2.0, as served)")
+    ap.add_argument("--seed", type=int, default=0, help="the samples' seed (default 0, as served)")
     ap.add_argument("--n-slices", type=int, default=128)
     ap.add_argument("--ensemble", action="store_true", help="also the critics' ensemble (mean prediction), named 'ensemble'")
     ap.add_argument("--out", type=Path, help="write the per-cell results and the summary here (JSON)")
@@ -54,7 +57,7 @@ def main() -> None:
         m = load_sim_machine(name)
         for w in cfg.workloads:
             row = cell_snapshot(m, w, cfg)
-            pool = candidate_pool(policy, m, row, k=a.k, candidates="samples+heuristics")
+            pool = candidate_pool(policy, m, row, k=a.k, temperature=a.temperature, target_factor=a.target_factor, seed=a.seed, candidates="samples+heuristics")
             base = cell_baselines(m, row, cfg)
             q = measure(m, w, {**base, **pool}, cfg)
             best = max(q[k] for k in cfg.baselines)
