@@ -34,9 +34,6 @@ class CriticParams(BaseModel):
     group: int = Field(1, ge=1)
     rank_weight: float = Field(0.0, ge=0.0)
     rank_scale: float = Field(0.02, gt=0.0)  # a predicted-return gap of this size is a confident order
-    # rank_pairs "gap": each ordered pair weighs by its measured return gap (a 1.3x pair pushes the
-    # predictions apart more than a 1.01x pair, which is mostly measurement noise); "uniform": equally
-    rank_pairs: Literal["uniform", "gap"] = "uniform"
     # members > 1: an ensemble, the same critic trained with seeds seed, seed+1, ...; it predicts their
     # mean (critic.predict_returns). Member 0 is in the model directory, member i in members/<i>/.
     members: int = Field(1, ge=1)

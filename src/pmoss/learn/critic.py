@@ -63,26 +63,21 @@ class Critic(Algorithm):
         parts["loss"] = parts["mse"]
         p = self.train_cfg.critic
         if group > 1 and p.rank_weight > 0:
-            parts["rank"] = pairwise_rank_loss(pred.view(-1, group), target.view(-1, group), p.rank_scale, by_gap=p.rank_pairs == "gap")
+            parts["rank"] = pairwise_rank_loss(pred.view(-1, group), target.view(-1, group), p.rank_scale)
             parts["loss"] = parts["mse"] + p.rank_weight * parts["rank"]
         return parts
 
 
-def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, scale: float, tie: float = 1e-3, by_gap: bool = False) -> torch.Tensor:
+def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, scale: float, tie: float = 1e-3) -> torch.Tensor:
     """Logistic loss on the order of every pair of schedules in a row of [B, M] (one snapshot, one
     cell): what dt-critic's pick depends on, which the return regression only reaches through the
-    absolute level. Pairs whose returns differ by less than `tie` are not ordered; by_gap: the mean
-    is weighted by each pair's return gap (large measured gaps should be predicted as large ones)."""
+    absolute level. Pairs whose returns differ by less than `tie` are not ordered."""
     dp = (pred[:, :, None] - pred[:, None, :]) / scale
     dt = target[:, :, None] - target[:, None, :]
     ordered = dt > tie
     if not ordered.any():
         return pred.sum() * 0.0
-    loss = F.softplus(-dp[ordered])
-    if by_gap:
-        w = dt[ordered]
-        return (loss * w).sum() / w.sum()
-    return loss.mean()
+    return F.softplus(-dp[ordered]).mean()
 
 
 @torch.inference_mode()
