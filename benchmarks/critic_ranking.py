@@ -31,6 +31,7 @@ from scipy.stats import spearmanr
 from pmoss.evaluate import EvalConfig, cell_baselines, cell_snapshot, measure
 from pmoss.learn.bundle import ensemble_of, load_bundle
 from pmoss.learn.rollout import candidate_pool, critic_choice
+from pmoss.serve.proposals import kind_history
 from pmoss.sim import load_sim_machine
 
 
@@ -43,6 +44,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0, help="the samples' temperature (default 1.0, as served)")
     ap.add_argument("--target-factor", type=float, default=2.0, help="the policy's target return factor (default 2.0, as served)")
     ap.add_argument("--seed", type=int, default=0, help="the samples' seed (default 0, as served)")
+    ap.add_argument("--history", type=Path, action="append", help="raw proposals whose measured kinds join every critic's score (repeatable; attach-critic --history)")
+    ap.add_argument("--history-weight", type=float, default=0.5, help="weight of --history (default 0.5, as attach-critic)")
     ap.add_argument("--n-slices", type=int, default=128)
     ap.add_argument("--ensemble", action="store_true", help="also the critics' ensemble (mean prediction), named 'ensemble'")
     ap.add_argument("--out", type=Path, help="write the per-cell results and the summary here (JSON)")
@@ -52,6 +55,7 @@ def main() -> None:
     critics = {str(path): c for path, c in zip(a.critic, loaded, strict=True)}
     if a.ensemble:
         critics["ensemble"] = ensemble_of(loaded)
+    history = {"weight": a.history_weight, "cells": kind_history(a.history)} if a.history else None
     cells, logs = {}, {"upper bound": [], **{name: [] for name in critics}}
     for name in cfg.machines:
         m = load_sim_machine(name)
@@ -65,7 +69,7 @@ def main() -> None:
             truth = np.array([q[n] for n in pool])
             cell = {"upper bound": max(max(truth), q["running"]) / best, "measured": {n: q[n] / best for n in [*pool, "running"]}}
             for path, c in critics.items():
-                chosen, pred = critic_choice(c, m, row, pool)  # dt-critic's own rule, keep-what-runs included
+                chosen, pred = critic_choice(c, m, row, pool, history)  # dt-critic's own rule, keep-what-runs included
                 rho = spearmanr(pred, truth).statistic
                 top = list(pool)[int(np.argmax(pred))]
                 scale = c.stats.best_return.get(f"{name}|{w}")

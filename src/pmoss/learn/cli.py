@@ -63,6 +63,8 @@ def attach_critic_command(
     k: Annotated[int, typer.Option(help="Samples the policy proposes next to its greedy schedule.")] = 16,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of the proposals.")] = 1.0,
     candidates: Annotated[str, typer.Option(help="samples | samples+heuristics (the group heuristics, generated from the snapshot, are ranked too).")] = "samples+heuristics",
+    history: Annotated[Optional[list[Path]], typer.Option(help="Raw proposals (`pmoss propose` output; repeatable): what each candidate kind measured in each cell joins the critic's score.")] = None,
+    history_weight: Annotated[float, typer.Option(min=0.0, help="Weight of --history's measured share next to the critic's prediction (both in units of the cell's best return).")] = 0.5,
 ) -> None:
     """One bundle that proposes with the policy and picks with the critic (best-of-k, scorer critic):
     `pmoss evaluate`, the registry and `pmoss serve` run it like any model; the critic's time counts."""
@@ -85,6 +87,11 @@ def attach_critic_command(
     inference = {**pol.info.get("inference", {}), "mode": "best-of-k", "k": k, "temperature": temperature, "scorer": "critic", "candidates": candidates}
     pol.info = {**pol.info, "inference": inference, "policy": str(policy), "critic": str(critic[0]) if len(critic) == 1 else [str(c) for c in critic]}
     pol.critic = ensemble_of(crits)
+    if history:
+        from pmoss.serve.proposals import kind_history
+
+        pol.info["history"] = {"weight": history_weight, "from": [str(h) for h in history], "cells": kind_history(history)}
     save_bundle(pol, output / BUNDLE_FILE)
     picks = f"{critic[0]} picks" if len(critic) == 1 else f"the mean of {len(critic)} critics ({', '.join(map(str, critic))}) picks"
-    typer.echo(f"{output / BUNDLE_FILE}: {policy} proposes greedy + {k} samples, {picks} ({candidates})")
+    measured = f", plus {history_weight} x the measured history of {len(pol.info['history']['cells'])} cells" if history else ""
+    typer.echo(f"{output / BUNDLE_FILE}: {policy} proposes greedy + {k} samples, {picks} ({candidates}){measured}")

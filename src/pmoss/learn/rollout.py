@@ -117,6 +117,11 @@ HEURISTIC_CANDIDATES = ("sn-hot", "sn-numa", "sn-grouped", "sn-spread", "sn-mixe
 CANDIDATE_SETS = ("samples", "samples+heuristics")
 
 
+def candidate_kind(name: str) -> str:
+    """A candidate's kind from its name in `candidate_pool`: greedy, sample (sample<i>) or a heuristic's kind."""
+    return "sample" if name.startswith("sample") else name
+
+
 def candidate_pool(bundle: Bundle, machine: Machine, row: dict[str, Any], *, k: int, temperature: float = 1.0, target_factor: float = 2.0,
                    cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0, candidates: str = "samples",
                    provenance: dict[str, Any] | None = None) -> dict[str, Schedule]:  # fmt: skip
@@ -162,25 +167,33 @@ def propose(
     return found[int(np.argmax(loglik))].validate_for(machine)
 
 
-def critic_choice(critic: Bundle, machine: Machine, row: dict[str, Any], pool: dict[str, Schedule]) -> tuple[str, np.ndarray]:
+def critic_choice(critic: Bundle, machine: Machine, row: dict[str, Any], pool: dict[str, Schedule],
+                  history: dict[str, Any] | None = None) -> tuple[str, np.ndarray]:  # fmt: skip
     """dt-critic's rule: the name of the candidate the critic predicts best, or "running" where the
     critic trained on this machine x workload and predicts no candidate above the return the snapshot
-    measured; and the predictions [K] (scaled by the cell's best training return)."""
+    measured; and the predictions [K] (scaled by the cell's best training return). With `history`
+    ({"weight": w, "cells": serve.proposals.kind_history}), a candidate's score is its prediction plus
+    w x what its kind measured in this cell's proposals (a cell never measured adds nothing)."""
     from pmoss.learn.critic import predict_returns
 
     pred = predict_returns(critic, machine, row, list(pool.values()))
     # Keep what runs when no candidate is predicted to beat it: the snapshot measured the running
     # schedule's return; the critic's scale (its training's best return) is known for the cells it trained on.
-    scale = critic.stats.best_return.get(f"{machine.name}|{row['workload']}")
+    cell = f"{machine.name}|{row['workload']}"
+    scale = critic.stats.best_return.get(cell)
     if scale is not None and pred.max() * scale <= sum(row["queries"]) / row["window_s"]:
         return "running", pred
-    return list(pool)[int(np.argmax(pred))], pred
+    score = pred
+    if history and cell in history["cells"]:
+        measured = history["cells"][cell]
+        score = pred + history["weight"] * np.array([measured.get(candidate_kind(name), 0.0) for name in pool])
+    return list(pool)[int(np.argmax(score))], pred
 
 
 def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], pool: dict[str, Schedule], info: dict[str, Any]) -> Schedule:
     """The critic's choice (`critic_choice`) as a validated schedule; provenance names the pick and
     the critic's best prediction."""
-    pick, pred = critic_choice(bundle.critic, machine, row, pool)
+    pick, pred = critic_choice(bundle.critic, machine, row, pool, bundle.info.get("history"))
     info = {**info, "pick": pick, "predicted_return": float(pred.max())}
     if pick == "running":
         running = Schedule.of_snapshot(row)
