@@ -116,7 +116,9 @@ def main() -> None:
     settings = {"mode": "best-of-k", "k": k, "scorer": "critic", "candidates": "samples+heuristics"}
     for name, size, policy, config in (("inference_dt_critic_256", "6L/8H/128D", b, "critic-tiny.yaml"),
                                        ("inference_dt_critic_256_grid", "3L/4H/128D, training/dt-grid.yaml", bundle_for(m, n_layer=3, n_head=4), "critic-grid.yaml")):  # fmt: skip
-        paired = Bundle(policy.config, policy.stats, policy.state_dict, {"algo": "dt"}, critic_of(config))
+        # with the cell's measured history (attach-critic --history), as the pipeline attaches it
+        history = {"weight": 0.5, "cells": {f"{m.name}|{row['workload']}": {"greedy": 0.95, "sample": 0.96, "sn-hot": 0.8, "sn-numa": 0.7}}}
+        paired = Bundle(policy.config, policy.stats, policy.state_dict, {"algo": "dt", "history": history}, critic_of(config))
         ranked = best_time(lambda: propose(paired, m, row, **settings), repeat=2)  # type: ignore[arg-type]  # noqa: B023
         critics = f"{1 + len(paired.critic.members)} x 2L critic" if paired.critic.members else "2L critic"
         write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + {critics}, training/{config}, {THREADS} threads)", ranked, "s",

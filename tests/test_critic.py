@@ -293,3 +293,35 @@ def test_propose_measures_the_candidate_pool_from_training_snapshots(sim_data, t
     # a critic proposes nothing: the error names its algo
     bad = subprocess.run([str(BIN / "pmoss"), *args[:3], str(tmp_path / "critic"), *args[4:]], capture_output=True, text=True)
     assert bad.returncode != 0 and "algo 'critic' has no rollout" in bad.stderr + bad.stdout
+    # the cell's measured history (attach-critic --history): each kind's throughput over its
+    # snapshot's best candidate, averaged over the cell's snapshots
+    from pmoss.learn.rollout import candidate_kind
+    from pmoss.serve.proposals import kind_history
+
+    history = kind_history([out])
+    cell = f"{MACHINE}|ycsb-c"
+    by_snapshot: dict[str, list[tuple[str, float]]] = {}
+    for r, p in zip(rows, prov, strict=True):
+        if f"{r['machine']}|{r['workload']}" == cell:
+            by_snapshot.setdefault(p["snapshot"], []).append((candidate_kind(p["candidate"]), r["throughput_qps"]))
+    greedy = [next(q for k, q in found if k == "greedy") / max(q for _, q in found) for found in by_snapshot.values()]
+    assert history[cell]["greedy"] == pytest.approx(np.mean(greedy)) and set(history[cell]) <= {"greedy", "sample", *HEURISTIC_CANDIDATES}
+    assert all(0 < v <= 1 for kinds in history.values() for v in kinds.values())
+    # weighted heavily, it decides the pick: the kind the cell measured best (the critic shifted so
+    # that no candidate falls under the running return)
+    pmoss("attach-critic", str(tmp_path / "base"), "--critic", str(tmp_path / "critic"), "-o", str(tmp_path / "paired"), "--k", "3",
+          "--history", str(out), "--history-weight", "1000")  # fmt: skip
+    paired = load_bundle(tmp_path / "paired")
+    assert paired.info["history"]["weight"] == 1000 and paired.info["history"]["cells"] == history
+    weights = {**paired.critic.state_dict, "value_head.2.bias": paired.critic.state_dict["value_head.2.bias"] + 100.0}
+    paired = dataclasses.replace(paired, critic=dataclasses.replace(paired.critic, state_dict=weights))
+    row = running[first]
+    pick = propose(paired, m, row, **paired.info["inference"]).provenance["pick"]
+    assert candidate_kind(pick) == max(history[cell], key=history[cell].get), (pick, history[cell])
+    # a kind the critic alone does not pick wins once the cell measured it best; another cell's history changes nothing
+    alone = dataclasses.replace(paired, info={k: v for k, v in paired.info.items() if k != "history"})
+    own = candidate_kind(propose(alone, m, row, **paired.info["inference"]).provenance["pick"])
+    target = next(k for k in ("sn-spread", "sn-grouped", "greedy") if k != own)
+    with_history = lambda cells: dataclasses.replace(paired, info={**paired.info, "history": {**paired.info["history"], "cells": cells}})  # noqa: E731
+    assert propose(with_history({cell: {target: 1.0}}), m, row, **paired.info["inference"]).provenance["pick"] == target
+    assert candidate_kind(propose(with_history({"elsewhere|ycsb-c": {target: 1.0}}), m, row, **paired.info["inference"]).provenance["pick"]) == own
