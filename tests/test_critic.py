@@ -307,6 +307,8 @@ def test_propose_measures_the_candidate_pool_from_training_snapshots(sim_data, t
     greedy = [next(q for k, q in found if k == "greedy") / max(q for _, q in found) for found in by_snapshot.values()]
     assert history[cell]["greedy"] == pytest.approx(np.mean(greedy)) and set(history[cell]) <= {"greedy", "sample", *HEURISTIC_CANDIDATES}
     assert all(0 < v <= 1 for kinds in history.values() for v in kinds.values())
+    with pytest.raises(ContractError, match="--history .*: no proposals"):  # the offline pool holds none
+        kind_history([raw])
     # weighted heavily, it decides the pick: the kind the cell measured best (the critic shifted so
     # that no candidate falls under the running return)
     pmoss("attach-critic", str(tmp_path / "base"), "--critic", str(tmp_path / "critic"), "-o", str(tmp_path / "paired"), "--k", "3",
