@@ -296,7 +296,7 @@ def test_propose_measures_the_candidate_pool_from_training_snapshots(sim_data, t
     # the cell's measured history (attach-critic --history): each kind's throughput over its
     # snapshot's best candidate, averaged over the cell's snapshots
     from pmoss.learn.rollout import candidate_kind
-    from pmoss.serve.proposals import kind_history
+    from pmoss.learn.history import kind_history
 
     history = kind_history([out])
     cell = f"{MACHINE}|ycsb-c"

@@ -88,7 +88,7 @@ def attach_critic_command(
     pol.info = {**pol.info, "inference": inference, "policy": str(policy), "critic": str(critic[0]) if len(critic) == 1 else [str(c) for c in critic]}
     pol.critic = ensemble_of(crits)
     if history:
-        from pmoss.serve.proposals import kind_history
+        from pmoss.learn.history import kind_history
 
         pol.info["history"] = {"weight": history_weight, "from": [str(h) for h in history], "cells": kind_history(history)}
     save_bundle(pol, output / BUNDLE_FILE)

@@ -172,7 +172,7 @@ def critic_choice(critic: Bundle, machine: Machine, row: dict[str, Any], pool: d
     """dt-critic's rule: the name of the candidate the critic predicts best, or "running" where the
     critic trained on this machine x workload and predicts no candidate above the return the snapshot
     measured; and the predictions [K] (scaled by the cell's best training return). With `history`
-    ({"weight": w, "cells": serve.proposals.kind_history}), a candidate's score is its prediction plus
+    ({"weight": w, "cells": learn.history.kind_history}), a candidate's score is its prediction plus
     w x what its kind measured in this cell's proposals (a cell never measured adds nothing)."""
     from pmoss.learn.critic import predict_returns
 

@@ -42,41 +42,6 @@ def snapshots_of(raw: pa.Table, pool: Pool, n_slices: int, per_cell: int) -> dic
     return out
 
 
-def kind_history(dirs: list[Path]) -> dict[str, dict[str, float]]:
-    """What the testbed measured of each candidate kind in each cell ("machine|workload"), from raw
-    proposals (this command's output): per snapshot, a kind's mean throughput over the snapshot's
-    best candidate; then the mean over the cell's snapshots. dt-critic adds it, weighted, to the
-    critic's predictions (rollout.critic_choice): a cell's history of measurements catches the
-    critic's rare but costly mistakes of kind (a heuristic over samples measured 1.3x better)."""
-    import json
-
-    import numpy as np
-
-    from pmoss.contracts.errors import ContractError
-    from pmoss.contracts.snapshot import read_raw
-    from pmoss.learn.rollout import candidate_kind
-
-    by_snapshot: dict[tuple[str, str], list[tuple[str, float]]] = {}
-    for d in dirs:
-        table = read_raw(d).select(["machine", "workload", "schedule_provenance", "throughput_qps"])
-        for r in table.to_pylist():
-            p = json.loads(r["schedule_provenance"] or "{}")
-            if p.get("generator") != "pmoss propose":
-                continue
-            by_snapshot.setdefault((f"{r['machine']}|{r['workload']}", p["snapshot"]), []).append((candidate_kind(p["candidate"]), r["throughput_qps"]))
-    if not by_snapshot:
-        raise ContractError(f"--history {', '.join(map(str, dirs))}: no proposals (episodes of `pmoss propose`) found")
-    shares: dict[str, dict[str, list[float]]] = {}
-    for (cell, _), measured in by_snapshot.items():
-        best = max(q for _, q in measured)
-        kinds: dict[str, list[float]] = {}
-        for kind, q in measured:
-            kinds.setdefault(kind, []).append(q / best)
-        for kind, v in kinds.items():
-            shares.setdefault(cell, {}).setdefault(kind, []).append(float(np.mean(v)))
-    return {cell: {kind: float(np.mean(v)) for kind, v in sorted(kinds.items())} for cell, kinds in sorted(shares.items())}
-
-
 def proposal_chunks(bundle: Any, pool: Pool, snapshots: dict[tuple[str, str, str], list[dict[str, Any]]], k: int, candidates: str,
                     model_name: str, out: Path) -> Chunk:  # fmt: skip
     """(spec, schedule) of every distinct candidate of every snapshot not yet under `out`."""
