@@ -30,8 +30,8 @@ from scipy.stats import spearmanr
 
 from pmoss.evaluate import EvalConfig, cell_baselines, cell_snapshot, measure
 from pmoss.learn.bundle import ensemble_of, load_bundle
-from pmoss.learn.rollout import candidate_pool, critic_choice
 from pmoss.learn.history import kind_history
+from pmoss.learn.rollout import candidate_pool, critic_choice
 from pmoss.sim import load_sim_machine
 
 

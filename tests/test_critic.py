@@ -295,8 +295,8 @@ def test_propose_measures_the_candidate_pool_from_training_snapshots(sim_data, t
     assert bad.returncode != 0 and "algo 'critic' has no rollout" in bad.stderr + bad.stdout
     # the cell's measured history (attach-critic --history): each kind's throughput over its
     # snapshot's best candidate, averaged over the cell's snapshots
-    from pmoss.learn.rollout import candidate_kind
     from pmoss.learn.history import kind_history
+    from pmoss.learn.rollout import candidate_kind
 
     history = kind_history([out])
     cell = f"{MACHINE}|ycsb-c"
@@ -318,12 +318,14 @@ def test_propose_measures_the_candidate_pool_from_training_snapshots(sim_data, t
     weights = {**paired.critic.state_dict, "value_head.2.bias": paired.critic.state_dict["value_head.2.bias"] + 100.0}
     paired = dataclasses.replace(paired, critic=dataclasses.replace(paired.critic, state_dict=weights))
     row = running[first]
-    pick = propose(paired, m, row, **paired.info["inference"]).provenance["pick"]
-    assert candidate_kind(pick) == max(history[cell], key=history[cell].get), (pick, history[cell])
+    served = propose(paired, m, row, **paired.info["inference"])
+    assert candidate_kind(served.provenance["pick"]) == max(history[cell], key=history[cell].get), (served.provenance, history[cell])
+    assert served.provenance["history_weight"] == 1000  # the pick names what scored it
     # a kind the critic alone does not pick wins once the cell measured it best; another cell's history changes nothing
     alone = dataclasses.replace(paired, info={k: v for k, v in paired.info.items() if k != "history"})
     own = candidate_kind(propose(alone, m, row, **paired.info["inference"]).provenance["pick"])
     target = next(k for k in ("sn-spread", "sn-grouped", "greedy") if k != own)
     with_history = lambda cells: dataclasses.replace(paired, info={**paired.info, "history": {**paired.info["history"], "cells": cells}})  # noqa: E731
     assert propose(with_history({cell: {target: 1.0}}), m, row, **paired.info["inference"]).provenance["pick"] == target
-    assert candidate_kind(propose(with_history({"elsewhere|ycsb-c": {target: 1.0}}), m, row, **paired.info["inference"]).provenance["pick"]) == own
+    elsewhere = propose(with_history({"elsewhere|ycsb-c": {target: 1.0}}), m, row, **paired.info["inference"]).provenance
+    assert candidate_kind(elsewhere["pick"]) == own and "history_weight" not in elsewhere

@@ -192,9 +192,12 @@ def critic_choice(critic: Bundle, machine: Machine, row: dict[str, Any], pool: d
 
 def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], pool: dict[str, Schedule], info: dict[str, Any]) -> Schedule:
     """The critic's choice (`critic_choice`) as a validated schedule; provenance names the pick and
-    the critic's best prediction."""
-    pick, pred = critic_choice(bundle.critic, machine, row, pool, bundle.info.get("history"))
+    the critic's best prediction, and the history's weight where the cell's history joined the score."""
+    history = bundle.info.get("history")
+    pick, pred = critic_choice(bundle.critic, machine, row, pool, history)
     info = {**info, "pick": pick, "predicted_return": float(pred.max())}
+    if history and pick != "running" and f"{machine.name}|{row['workload']}" in history["cells"]:
+        info["history_weight"] = history["weight"]
     if pick == "running":
         running = Schedule.of_snapshot(row)
         scale = bundle.critic.stats.best_return[f"{machine.name}|{row['workload']}"]
