@@ -37,8 +37,9 @@ Records (docs/benchmarks.md, "Collector overhead"):
   with throughput, p50, p99 and probe reads per query of both sides; closed loop (each side at its
   own maximum: latency there is queue fill / throughput) and open loop at the same offered rate for
   both (--loads x the profiled closed-loop median), the comparison "at the same throughput"
-  (sustained_share: the worst round's achieved / offered rate over both sides; meets_target needs
-  >= 0.99 and a median p50 ratio <= 1.2).
+  (sustained_share: the worst round's achieved / offered rate over both sides, and per side;
+  meets_target needs >= 0.99 and a median p50 ratio <= 1.2; saturated: the unprofiled side itself
+  fell short of the offered rate, so the host, not profiling, set the latency at that load).
 - collector_latency_periods_ycsb_c_keys_10m_load_80 (--parts periods): the probe period's trade-off,
   p50 ratio vs off and readings per query at each --periods value, interleaved in the same rounds.
 - collector_probe_read: ns per probe reading (build/runtime/pmoss_bench_probe) vs one getpid
@@ -211,8 +212,11 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
         p50 = ratio_spread(m["on"]["p50"], m["off"]["p50"])
         p50_exact = ratio_spread(m["exact"]["p50"], m["off"]["p50"])
         thr = ratio_spread(m["on"]["throughput"], m["off"]["throughput"])
-        # share of the offered rate the slower side achieved in its worst round (closed loop: n/a)
-        share = min(min(m[k]["throughput"]) for k in ("on", "off")) / offered if offered else 1.0
+        # share of the offered rate each side achieved in its worst round (closed loop: n/a). When
+        # the unprofiled side falls short too, the host is saturated at this rate: no comparison
+        # "at the same throughput" is possible there, whatever the p50 ratio says
+        shares = {k: min(m[k]["throughput"]) / offered if offered else 1.0 for k in ("on", "off")}
+        share = min(shares.values())
         sustained = share >= 0.99
         loop = "closed loop" if offered == 0 else f"open loop at {offered:,.0f} queries/s offered to both ({load:.0%} of the profiled closed-loop median)"
         sp = {f"{k}_{name}": Spread.of(v).as_dict() for name, d in m.items() for k, v in d.items()}
@@ -224,7 +228,9 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
             goal_p50_ratio=1.2, meets_target=p50.median <= 1.2 and sustained, throughput_ratio=thr.as_dict(),
             exact_p50_ratio_spread=p50_exact.as_dict(),
             # open loop: the question is whether each side kept up with the offered rate
-            **({"throughput_verdict": verdict(thr)} if offered == 0 else {"sustained_share": share}),
+            **({"throughput_verdict": verdict(thr)} if offered == 0 else {
+                "sustained_share": share, "sustained_share_on": shares["on"], "sustained_share_off": shares["off"],
+                "saturated": shares["off"] < 0.99}),  # fmt: skip
             offered_qps=offered, **sp, host_load=f"{load_before} (before), {_load()} (after)",
         )  # fmt: skip
 

@@ -36,6 +36,8 @@ def table() -> str:
         if "name" not in r:
             continue  # a table, not a one-figure record (e.g. groups_grid_*.json: docs/benchmarks-groups.md)
         met = {True: "yes", False: "**no**"}.get(r.get("meets_target"), "–")
+        if r.get("saturated"):  # the baseline itself fell short of the offered rate: no verdict at this load
+            met = "– (saturated)"
         lines.append(f"| {r['name']} | {r['metric']} | {fmt(r['value'])} {r['unit']} | {r['baseline']}: {fmt(r['baseline_value'])} | {ratio(r)} | {met} | {r['date'][:10]} | `{r['command']}` |")
     return "\n".join(lines)
 

@@ -61,6 +61,8 @@ def test_dvc_repro_tiny(tmp_path):
     assert (tmp_path / "models/base/train-loss.csv").read_text().startswith("step,train_loss\n10,")
     shown = run("metrics", "show")
     assert shown.returncode == 0 and "vs_best" in shown.stdout and "ycsb" not in shown.stdout  # headline only
+    grid = [line.split() for line in run("metrics", "show", "eval/metrics.json").stdout.splitlines() if line.strip()]
+    assert len(grid) == 2 and grid[1][0] == "eval/metrics.json" and len(grid[0]) == len(grid[1]) <= 1 + 26, grid  # README: one row of the 26
     receipt = json.loads((tmp_path / "eval/registered.json").read_text())
     best = max(("dt-base", "dt-assistant", "dt-critic"), key=lambda p: per[p]["vs_best"])
     assert receipt["policy"] == best and receipt["versions"] == {"dt-base": 1, "dt-assistant": 2, "dt-critic": 3}
