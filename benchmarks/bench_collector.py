@@ -33,7 +33,8 @@ Records (docs/benchmarks.md, "Collector overhead"):
 - collector_overhead_ycsb_{c,a}_keys_10m: the same on plan.py's default index size (10M keys).
 - collector_latency_ycsb_c[_keys_10m]_{closed,load_50,load_80}: p50 latency on vs off (medians, us;
   goal: ratio <= 1.2), each round's ratio paired (ratio_spread: median, min-max; verdict "within
-  noise" when the range includes 1.0, "loss" when profiling is slower in every round),
+  noise" when the range includes 1.0, "loss" when profiling is slower in every round; beside it
+  aa_p50_ratio_spread, the same ratio between two identical unprofiled runtimes: the noise floor),
   with throughput, p50, p99 and probe reads per query of both sides; closed loop (each side at its
   own maximum: latency there is queue fill / throughput) and open loop at the same offered rate for
   both (--loads x the profiled closed-loop median), the comparison "at the same throughput"
@@ -196,9 +197,12 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
     """Profiling on (probe auto, sampled windows, default batching) vs off (no probe), and exact
     (every batch read) for reference, interleaved round by round: closed loop (each side's own
     maximum throughput), then open loop at the same offered rate for all, a fraction of the
-    profiled side's closed-loop median (so each sustains it)."""
+    profiled side's closed-loop median (so each sustains it). A second unprofiled runtime
+    ("off_aa", an A/A control) is measured the same way: two identical runtimes differ by their
+    trees' memory alone, and off_aa / off is the noise floor any on / off ratio must be read against."""
     mk = dict(n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers)
-    rts = {"on": Runtime(keys, probe="auto", probe_period_us=period_us, **mk), "exact": Runtime(keys, probe="auto", probe_period_us=0, **mk), "off": Runtime(keys, **mk)}
+    rts = {"on": Runtime(keys, probe="auto", probe_period_us=period_us, **mk), "exact": Runtime(keys, probe="auto", probe_period_us=0, **mk),
+           "off": Runtime(keys, **mk), "off_aa": Runtime(keys, **mk)}  # fmt: skip
 
     def measure(offered: float) -> dict[str, dict[str, list[float]]]:
         return measure_rounds(rts, workload, seconds, rounds, offered)
@@ -215,8 +219,8 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
         # share of the offered rate each side achieved in its worst round (closed loop: n/a). When
         # the unprofiled side falls short too, the host is saturated at this rate: no comparison
         # "at the same throughput" is possible there, whatever the p50 ratio says
-        shares = {k: min(m[k]["throughput"]) / offered if offered else 1.0 for k in ("on", "off")}
-        share = min(shares.values())
+        shares = {k: min(m[k]["throughput"]) / offered if offered else 1.0 for k in ("on", "off", "off_aa")}
+        share = min(shares["on"], shares["off"])
         sustained = share >= 0.99
         loop = "closed loop" if offered == 0 else f"open loop at {offered:,.0f} queries/s offered to both ({load:.0%} of the profiled closed-loop median)"
         sp = {f"{k}_{name}": Spread.of(v).as_dict() for name, d in m.items() for k, v in d.items()}
@@ -227,10 +231,12 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
             Spread.of(m["off"]["p50"]).median, ratio_spread=p50.as_dict(), verdict=verdict(p50, higher_is_better=False),
             goal_p50_ratio=1.2, meets_target=p50.median <= 1.2 and sustained, throughput_ratio=thr.as_dict(),
             exact_p50_ratio_spread=p50_exact.as_dict(),
+            aa_p50_ratio_spread=ratio_spread(m["off_aa"]["p50"], m["off"]["p50"]).as_dict(),
+            aa_throughput_ratio=ratio_spread(m["off_aa"]["throughput"], m["off"]["throughput"]).as_dict(),
             # open loop: the question is whether each side kept up with the offered rate
             **({"throughput_verdict": verdict(thr)} if offered == 0 else {
                 "sustained_share": share, "sustained_share_on": shares["on"], "sustained_share_off": shares["off"],
-                "saturated": shares["off"] < 0.99}),  # fmt: skip
+                "saturated": min(shares["off"], shares["off_aa"]) < 0.99}),  # fmt: skip
             offered_qps=offered, **sp, host_load=f"{load_before} (before), {_load()} (after)",
         )  # fmt: skip
 
