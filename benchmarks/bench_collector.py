@@ -1,7 +1,7 @@
 """Collector overhead: throughput with per-slice profiling on vs off, and what batching costs in latency.
 
     cmake -S . -B build && cmake --build build -j2
-    .venv/bin/python benchmarks/bench_collector.py [--seconds 2] [--rounds 5] [--workers 1] [--waits 0,10000] [--loads 0.5,0.8] [--parts overhead,latency,sweep,periods]
+    .venv/bin/python benchmarks/bench_collector.py [--seconds 2] [--rounds 5] [--workers 1] [--waits 0,10000] [--loads 0.3,0.5,0.7,0.8] [--parts overhead,latency,sweep,periods]
 
 Profiling "on" is probe auto (software mode on hosts without a PMU) at granularity 100: a worker
 collects queries into per-slice batches of <= 100 and runs due batches back to back; sampled
@@ -31,10 +31,11 @@ Records (docs/benchmarks.md, "Collector overhead"):
   off, host load.
 - collector_overhead_ycsb_c_wait_<us>: the same for each --waits value (the trade-off).
 - collector_overhead_ycsb_{c,a}_keys_10m: the same on plan.py's default index size (10M keys).
-- collector_latency_ycsb_c[_keys_10m]_{closed,load_50,load_80}: p50 latency on vs off (medians, us;
+- collector_latency_ycsb_c[_keys_10m]_{closed,load_30,load_50,load_70,load_80}: p50 latency on vs off (medians, us;
   goal: ratio <= 1.2), each round's ratio paired (ratio_spread: median, min-max; verdict "within
-  noise" when the range includes 1.0, "loss" when profiling is slower in every round; beside it
-  aa_p50_ratio_spread, the same ratio between two identical unprofiled runtimes: the noise floor),
+  noise" when the range includes 1.0, "loss" when profiling is slower in every round); on and off
+  are one runtime with profiling switched per run (two trees of the same keys differ by more than
+  profiling costs: other_tree_p50_ratio_spread, a second unprofiled runtime vs off, says by how much),
   with throughput, p50, p99 and probe reads per query of both sides; closed loop (each side at its
   own maximum: latency there is queue fill / throughput) and open loop at the same offered rate for
   both (--loads x the profiled closed-loop median), the comparison "at the same throughput"
@@ -146,7 +147,19 @@ def overhead(workload: str, waits: list[int], seconds: float, rounds: int, worke
         )  # fmt: skip
 
 
-def measure_rounds(rts: dict[str, Runtime], workload: str, seconds: float, rounds: int, offered: float) -> dict[str, dict[str, list[float]]]:
+@dataclass
+class Profiled:
+    """A runtime with a probe, run with profiling on or off: on and off share one tree."""
+
+    rt: Runtime
+    on: bool
+
+    def run(self, *args: Any, **kw: Any) -> dict[str, Any]:
+        self.rt.set_profiling(self.on)
+        return self.rt.run(*args, **kw)
+
+
+def measure_rounds(rts: dict[str, Runtime | Profiled], workload: str, seconds: float, rounds: int, offered: float) -> dict[str, dict[str, list[float]]]:
     """Every runtime once per round, in rotated order, at `offered` queries/s (0: closed loop):
     per runtime, each round's throughput, p50 and p99 (us) and probe reads per query."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in rts}
@@ -194,15 +207,17 @@ def periods(workload: str, keys: int, seconds: float, rounds: int, workers: int,
 
 
 def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int, loads: list[float], period_us: int | None = None) -> None:
-    """Profiling on (probe auto, sampled windows, default batching) vs off (no probe), and exact
-    (every batch read) for reference, interleaved round by round: closed loop (each side's own
-    maximum throughput), then open loop at the same offered rate for all, a fraction of the
-    profiled side's closed-loop median (so each sustains it). A second unprofiled runtime
-    ("off_aa", an A/A control) is measured the same way: two identical runtimes differ by their
-    trees' memory alone, and off_aa / off is the noise floor any on / off ratio must be read against."""
+    """Profiling on (probe auto, sampled windows, default batching) vs off, and exact (every batch
+    read) for reference, interleaved round by round: closed loop (each side's own maximum
+    throughput), then open loop at the same offered rate for all, a fraction of the profiled
+    side's closed-loop median (so each sustains it). On and off are one runtime, profiling
+    switched per run (Runtime.set_profiling): two runtimes of the same keys differ by their trees'
+    memory alone by up to 1.7x in p50 here, more than profiling costs. That difference is measured
+    beside it: "off_other_tree", a second runtime without a probe, vs off."""
     mk = dict(n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers)
-    rts = {"on": Runtime(keys, probe="auto", probe_period_us=period_us, **mk), "exact": Runtime(keys, probe="auto", probe_period_us=0, **mk),
-           "off": Runtime(keys, **mk), "off_aa": Runtime(keys, **mk)}  # fmt: skip
+    probed = Runtime(keys, probe="auto", probe_period_us=period_us, **mk)
+    rts = {"on": Profiled(probed, True), "off": Profiled(probed, False), "exact": Runtime(keys, probe="auto", probe_period_us=0, **mk),
+           "off_other_tree": Runtime(keys, **mk)}  # fmt: skip
 
     def measure(offered: float) -> dict[str, dict[str, list[float]]]:
         return measure_rounds(rts, workload, seconds, rounds, offered)
@@ -219,7 +234,7 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
         # share of the offered rate each side achieved in its worst round (closed loop: n/a). When
         # the unprofiled side falls short too, the host is saturated at this rate: no comparison
         # "at the same throughput" is possible there, whatever the p50 ratio says
-        shares = {k: min(m[k]["throughput"]) / offered if offered else 1.0 for k in ("on", "off", "off_aa")}
+        shares = {k: min(m[k]["throughput"]) / offered if offered else 1.0 for k in ("on", "off", "off_other_tree")}
         share = min(shares["on"], shares["off"])
         sustained = share >= 0.99
         loop = "closed loop" if offered == 0 else f"open loop at {offered:,.0f} queries/s offered to both ({load:.0%} of the profiled closed-loop median)"
@@ -231,12 +246,12 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
             Spread.of(m["off"]["p50"]).median, ratio_spread=p50.as_dict(), verdict=verdict(p50, higher_is_better=False),
             goal_p50_ratio=1.2, meets_target=p50.median <= 1.2 and sustained, throughput_ratio=thr.as_dict(),
             exact_p50_ratio_spread=p50_exact.as_dict(),
-            aa_p50_ratio_spread=ratio_spread(m["off_aa"]["p50"], m["off"]["p50"]).as_dict(),
-            aa_throughput_ratio=ratio_spread(m["off_aa"]["throughput"], m["off"]["throughput"]).as_dict(),
+            other_tree_p50_ratio_spread=ratio_spread(m["off_other_tree"]["p50"], m["off"]["p50"]).as_dict(),
+            other_tree_throughput_ratio=ratio_spread(m["off_other_tree"]["throughput"], m["off"]["throughput"]).as_dict(),
             # open loop: the question is whether each side kept up with the offered rate
             **({"throughput_verdict": verdict(thr)} if offered == 0 else {
                 "sustained_share": share, "sustained_share_on": shares["on"], "sustained_share_off": shares["off"],
-                "saturated": min(shares["off"], shares["off_aa"]) < 0.99}),  # fmt: skip
+                "saturated": min(shares["off"], shares["off_other_tree"]) < 0.99}),  # fmt: skip
             offered_qps=offered, **sp, host_load=f"{load_before} (before), {_load()} (after)",
         )  # fmt: skip
 
@@ -267,7 +282,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--workers", type=int, default=1, help="worker threads (default 1; 0 = one per usable CPU)")
     ap.add_argument("--waits", default="0,10000", help="extra batch_max_wait_us values for ycsb-c, comma-separated ('' for none; 10000 was the default before work-conserving batches)")
-    ap.add_argument("--loads", type=csv_of(float), default="0.5,0.8", help="open-loop rates for the latency records, as fractions of the profiled closed-loop throughput")
+    ap.add_argument("--loads", type=csv_of(float), default="0.3,0.5,0.7,0.8", help="open-loop rates for the latency records, as fractions of the profiled closed-loop throughput")
     ap.add_argument("--parts", default="overhead,latency,sweep", help="which figures to measure (comma-separated: overhead, latency, sweep, periods; default all but periods)")
     ap.add_argument("--keys", type=csv_of(int), default=f"{KEYS},{PLAN_KEYS}",
                     help=f"index sizes, comma-separated (default {KEYS},{PLAN_KEYS}: an in-cache tree, where a reading weighs most, and plan.py's default n_records; the --waits sweep runs at the first)")

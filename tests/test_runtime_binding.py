@@ -198,6 +198,25 @@ def test_sampled_probe_estimates(perf_events) -> None:
         rtmod.Runtime(n_keys=100, n_slices=2, probe_period_us=-1)
 
 
+def test_set_profiling_toggles_the_probe_per_run(perf_events) -> None:
+    """set_profiling(False): the next runs read no probe and add nothing to the probe columns, on
+    the same tree; True again reads as before; True without a probe is refused."""
+    rt = probed(n_keys=20_000, n_slices=8, probe="software", probe_period_us=0)
+    on = rt.run("ycsb-c", 0.1)
+    assert on["probe_reads"] > 0
+    before = on["stats"].slices.to_pydict()
+    rt.set_profiling(False)
+    off = rt.run("ycsb-c", 0.1, seed=2)
+    after = off["stats"].slices.to_pydict()
+    assert off["probe_reads"] == 0 and off["completed"] == off["dispatched"] > 0
+    assert after["profiled_queries"] == before["profiled_queries"] and after["task_clock_ns"] == before["task_clock_ns"]
+    assert sum(after["queries"]) == sum(before["queries"]) + off["completed"]  # the runs still count
+    rt.set_profiling(True)
+    assert rt.run("ycsb-c", 0.1, seed=3)["probe_reads"] > 0
+    with pytest.raises(rtmod.NativeRuntimeError, match="probe"):
+        rtmod.Runtime(n_keys=100, n_slices=2).set_profiling(True)
+
+
 def test_batch_wait_default_matches_header() -> None:
     header = (Path(__file__).resolve().parents[1] / "runtime/include/pmoss/runtime.h").read_text()
     m = re.search(r"#define PM_BATCH_MAX_WAIT_US_DEFAULT (\d+)", header)

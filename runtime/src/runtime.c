@@ -128,6 +128,8 @@ struct pm_runtime {
     pm_runtime_config cfg;
     pm_probe_ops probe;
     bool has_probe;
+    bool profile_runs;             /* runs open and read the probe (has_probe, unless
+                                      pm_runtime_set_profiling turned it off) */
     pm_topology topo;
     bool shared_cpus;
     char machine[128];             /* cfg.machine, copied; "" unknown */
@@ -530,7 +532,7 @@ int pm_runtime_create(const pm_runtime_config *cfg, pm_runtime **out, char *err,
     rt->cfg.probe = NULL;
     if (cfg->probe) {
         rt->probe = *cfg->probe;
-        rt->has_probe = true;
+        rt->has_probe = rt->profile_runs = true;
     }
     rt->cfg.uncore = NULL;
     if (cfg->uncore) {
@@ -1031,13 +1033,13 @@ static void run_due(worker *w, uint64_t *before, uint64_t *after, uint64_t *done
 {
     pm_runtime *rt = w->rt;
     pm_pending *p = &w->pend;
-    uint64_t now = probe_ns && rt->has_probe ? pm_now_ns() : 0; /* one clock read per run */
+    uint64_t now = probe_ns && rt->profile_runs ? pm_now_ns() : 0; /* one clock read per run */
     bool open = false; /* `before` holds the reading that opens the next window */
     w->batches += p->n_due;
     for (unsigned d = 0; d < p->n_due; d++) {
         const pm_batch *b = &p->due[d];
         uint64_t *next_ns = &p->slice[b->slice].next_probe_ns;
-        bool profiled = rt->has_probe && (!probe_ns || now >= *next_ns);
+        bool profiled = rt->profile_runs && (!probe_ns || now >= *next_ns);
         if (profiled && !open) {
             rt->probe.read(w->probe_state_ptr, before);
             w->probe_reads++;
@@ -1089,7 +1091,7 @@ static void *worker_main(void *arg)
     pin_self(w->cpu);
     self_completed = &w->completed;
     uint64_t probe_buf[2 * PM_PROBE_MAX_VALUES];
-    w->probe_rc = rt->has_probe ? rt->probe.open(rt->cfg.probe_ctx, w->cpu, &w->probe_state_ptr) : 0;
+    w->probe_rc = rt->profile_runs ? rt->probe.open(rt->cfg.probe_ctx, w->cpu, &w->probe_state_ptr) : 0;
     atomic_fetch_add(&rt->workers_ready, 1);
     if (w->probe_rc)
         return NULL;
@@ -1100,7 +1102,7 @@ static void *worker_main(void *arg)
     /* AUTO: a read to amortise only when every batch is read; sampled or
      * unprofiled batches never wait */
     unsigned wait_us = rt->cfg.batch_max_wait_us != PM_BATCH_MAX_WAIT_AUTO ? rt->cfg.batch_max_wait_us
-                       : rt->has_probe && !probe_ns                       ? PM_BATCH_MAX_WAIT_US_DEFAULT
+                       : rt->profile_runs && !probe_ns                    ? PM_BATCH_MAX_WAIT_US_DEFAULT
                                                                           : 0;
     uint64_t wait_ns = (uint64_t)wait_us * 1000u;
     unsigned spins = 0;
@@ -1129,7 +1131,7 @@ static void *worker_main(void *arg)
             break;
         idle_wait(&spins);
     }
-    if (rt->has_probe)
+    if (rt->profile_runs)
         rt->probe.close(w->probe_state_ptr);
     self_completed = NULL;
     return NULL;
@@ -1378,6 +1380,18 @@ static int prepare_run(pm_runtime *rt, const pm_workload_spec *spec, char *err, 
         rt->workers[i].batches = rt->workers[i].full_batches = rt->workers[i].probe_reads = 0;
     }
     return 0;
+}
+
+int pm_runtime_set_profiling(pm_runtime *rt, int on)
+{
+    if (!rt || (on && !rt->has_probe))
+        return -EINVAL;
+    pthread_mutex_lock(&rt->ctl);
+    int rc = rt->running ? -EBUSY : 0;
+    if (!rc)
+        rt->profile_runs = on != 0;
+    pthread_mutex_unlock(&rt->ctl);
+    return rc;
 }
 
 int pm_runtime_start(pm_runtime *rt, const pm_workload_spec *spec, char *err, size_t err_len)

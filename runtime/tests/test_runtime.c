@@ -284,6 +284,23 @@ static void test_probe(void)
         }
     }
     CHECK_EQ(q, res.completed);
+
+    /* profiling off for a run: no probe opened or read, the probe columns unchanged */
+    CHECK_EQ(pm_runtime_set_profiling(rt, 0), 0);
+    CHECK_EQ(pm_runtime_run(rt, &spec, 0.05, &res, NULL, err, sizeof err), 0);
+    CHECK(res.completed > 0 && res.probe_reads == 0);
+    uint64_t again[N_SLICES * NS];
+    CHECK_EQ(pm_runtime_snapshot(rt, again, N_SLICES * NS), 0);
+    for (unsigned i = 0; i < N_SLICES; i++)
+        for (unsigned k = 3; k < NS; k++)
+            CHECK_EQ(again[i * NS + k], snap[i * NS + k]);
+    CHECK_EQ(pm_runtime_set_profiling(rt, 1), 0);
+    CHECK_EQ(pm_runtime_run(rt, &spec, 0.05, &res, NULL, err, sizeof err), 0);
+    CHECK(res.probe_reads > 0 && atomic_load(&probes_open) == 0);
+    pm_runtime_destroy(rt);
+    rt = make("uniform", PM_BOUNDARIES_EQUAL_COUNT, NULL);
+    CHECK_EQ(pm_runtime_set_profiling(rt, 1), -EINVAL); /* no probe to turn on */
+    CHECK_EQ(pm_runtime_set_profiling(rt, 0), 0);
     pm_runtime_destroy(rt);
 
     pm_probe_ops bad = {probe_open_fail, probe_read, probe_close, 3, probe_names};

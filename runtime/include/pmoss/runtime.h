@@ -610,6 +610,16 @@ int pm_runtime_export_arrow(pm_runtime *rt, struct ArrowArray *slices,
  * Returns 0, or -EINVAL if out is NULL. */
 int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out);
 
+/* Profile the following runs or not (default: on when the runtime has a
+ * probe). Off, workers neither open nor read the probe: a run as on a runtime
+ * created without one, on the same tree. What it is for: measuring what
+ * profiling costs without a second tree (two trees of the same keys differ by
+ * their memory alone by more than profiling costs: bench_collector's A/A
+ * control). The slice table keeps its probe columns; an unprofiled run adds
+ * no readings to them. Control thread only. Returns 0, -EINVAL (rt NULL, or
+ * on for a runtime without a probe) or -EBUSY (a workload is running). */
+int pm_runtime_set_profiling(pm_runtime *rt, int on);
+
 /* Direct single-query access from the calling thread (tests, tools); routed
  * to the owning slice's tree. Same semantics as the pm_tree calls. A scan
  * continues across slices. Thread-safe. */

@@ -8,6 +8,7 @@ The library is found through ``PMOSS_LIB`` or ``<repo>/build/runtime/libpmoss.so
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,7 @@ typedef struct pm_run_result {
     pm_latency_summary latency; uint64_t batches; uint64_t full_batches; uint64_t probe_reads;
 } pm_run_result;
 int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out);
+int pm_runtime_set_profiling(pm_runtime *rt, int on);
 int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
                    pm_run_result *result, uint64_t *slice_queries, char *err, size_t err_len);
 struct ArrowSchema {
@@ -386,6 +388,16 @@ class Runtime:
             "slice_queries": [int(per_slice[i]) for i in range(self.n_slices)],
             "stats": self.snapshot(),
         }
+
+    def set_profiling(self, on: bool) -> None:
+        """Profile the following runs (the default with a probe) or not: off, workers neither
+        open nor read the probe, as on a runtime created without one but on this same tree, so
+        profiling's cost is measured without a second tree's memory in the comparison."""
+        rc = self._lib.pm_runtime_set_profiling(self._rt, int(on))
+        if rc == -errno.EINVAL:
+            raise NativeRuntimeError("set_profiling(True) needs a runtime created with a probe")
+        if rc:
+            raise NativeRuntimeError(f"set_profiling failed: {os.strerror(-rc)}")
 
     def latency(self) -> dict[str, Any]:
         """Latency of the queries completed since the previous call (reset-on-read; the first
