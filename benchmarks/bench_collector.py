@@ -13,10 +13,11 @@ oldest query waited batch_max_wait_us (default 0 with sampling; 1 ms when every 
 Per-slice batching changes execution by itself (a slice's tree stays in cache for its whole
 batch; queries wait), so every wait W is measured three ways:
 - on: probe, wait W;
-- off_batched: no probe, same batching (wait W) -- the baseline for the probing overhead proper;
-- off: no probe, no wait (the runtime's default without a probe) -- what a run without profiling
-  looks like end to end.
-Each configuration is its own runtime (--keys dense keys: 1M and 10M by default, 256 slices, os-default schedule, --workers
+- off_batched: the same runtime with profiling off for its runs (Runtime.set_profiling), same
+  batching (wait W) -- the baseline for the probing overhead proper, on the same tree;
+- off: no probe, no wait (the runtime's default without a probe), a runtime of its own -- what a
+  run without profiling looks like end to end.
+Each other configuration is its own runtime (--keys dense keys: 1M and 10M by default, 256 slices, os-default schedule, --workers
 workers); each round runs every configuration once, in rotated order, with the same seed, so
 drift in machine load hits all alike; figures are medians over the rounds. --workers 1 (default)
 keeps the worker the bottleneck, as with the paper's reserved router cores: on a 2-CPU host, two
@@ -73,7 +74,7 @@ PLAN_KEYS = 10_000_000  # plan.py's default n_records: the index size datasets a
 
 @dataclass
 class Config:
-    rt: Runtime
+    rt: Runtime | Profiled
     runs: list[dict[str, Any]] = field(default_factory=list)
 
     def median(self, key: str) -> float:
@@ -117,7 +118,10 @@ def overhead(workload: str, waits: list[int], seconds: float, rounds: int, worke
         return Config(Runtime(keys, n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers, **kw))
 
     off = runtime()
-    pairs = {w: (runtime(batch_max_wait_us=w), runtime(batch_max_wait_us=w, probe="auto")) for w in waits}
+    # on and off_batched: one runtime, profiling switched per run (one tree for both: two trees of
+    # the same keys differ by more than profiling costs; see latency())
+    probed = {w: Runtime(keys, n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers, batch_max_wait_us=w, probe="auto") for w in waits}
+    pairs = {w: (Config(Profiled(rt, False)), Config(Profiled(rt, True))) for w, rt in probed.items()}
     order = [off, *[c for pair in pairs.values() for c in pair]]
     load_before = _load()
     for r in range(rounds):

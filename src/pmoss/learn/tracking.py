@@ -13,6 +13,7 @@ upload) still gets 30 s per answer. An MLFLOW_HTTP_REQUEST_* variable the user s
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -97,6 +98,9 @@ def mlflow_client():
     check_reachable(uri, budget)
     import mlflow
 
+    # its INFO lines on creating or upgrading the sqlite store ("Creating initial MLflow database
+    # tables...") say nothing a user acts on; its warnings still show
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     return mlflow
