@@ -114,13 +114,13 @@ def _load() -> str:
 
 
 def overhead(workload: str, waits: list[int], seconds: float, rounds: int, workers: int, read_ns: float, keys: int = KEYS) -> None:
-    def runtime(**kw: Any) -> Config:
-        return Config(Runtime(keys, n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers, **kw))
+    def runtime(**kw: Any) -> Runtime:
+        return Runtime(keys, n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers, **kw)
 
-    off = runtime()
+    off = Config(runtime())
     # on and off_batched: one runtime, profiling switched per run (one tree for both: two trees of
     # the same keys differ by more than profiling costs; see latency())
-    probed = {w: Runtime(keys, n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers, batch_max_wait_us=w, probe="auto") for w in waits}
+    probed = {w: runtime(batch_max_wait_us=w, probe="auto") for w in waits}
     pairs = {w: (Config(Profiled(rt, False)), Config(Profiled(rt, True))) for w, rt in probed.items()}
     order = [off, *[c for pair in pairs.values() for c in pair]]
     load_before = _load()

@@ -194,13 +194,14 @@ def _critic_pick(bundle: Bundle, machine: Machine, row: dict[str, Any], pool: di
     """The critic's choice (`critic_choice`) as a validated schedule; provenance names the pick and
     the critic's best prediction, and the history's weight where the cell's history joined the score."""
     history = bundle.info.get("history")
+    cell = f"{machine.name}|{row['workload']}"
     pick, pred = critic_choice(bundle.critic, machine, row, pool, history)
     info = {**info, "pick": pick, "predicted_return": float(pred.max())}
-    if history and pick != "running" and f"{machine.name}|{row['workload']}" in history["cells"]:
+    if history and pick != "running" and cell in history["cells"]:
         info["history_weight"] = history["weight"]
     if pick == "running":
         running = Schedule.of_snapshot(row)
-        scale = bundle.critic.stats.best_return[f"{machine.name}|{row['workload']}"]
+        scale = bundle.critic.stats.best_return[cell]
         keep = {**info, "running": running.kind, "running_return": sum(row["queries"]) / row["window_s"] / scale}
         return running.model_copy(update={"provenance": keep}).validate_for(machine)
     return pool[pick].model_copy(update={"provenance": info}).validate_for(machine)
