@@ -42,9 +42,13 @@ Records (docs/benchmarks.md, "Collector overhead"):
   both (--loads x the profiled closed-loop median), the comparison "at the same throughput"
   (sustained_share: the worst round's achieved / offered rate over both sides, and per side;
   meets_target needs >= 0.99 and a median p50 ratio <= 1.2; saturated: the unprofiled side itself
-  fell short of the offered rate, so the host, not profiling, set the latency at that load).
+  fell short of the offered rate, so the host, not profiling, set the latency at that load;
+  p50_sign_test: in how many rounds profiling's p50 was the higher, with the sign test's p, and
+  the same for the other tree: near saturation a round's p50 moves 10-100x, so the median ratio
+  alone says little; p50_us_rounds: every round's p50 per side).
 - collector_latency_periods_ycsb_c_keys_10m_load_80 (--parts periods): the probe period's trade-off,
-  p50 ratio vs off and readings per query at each --periods value, interleaved in the same rounds.
+  p50 ratio vs off and readings per query at each --periods value, interleaved in the same rounds,
+  all on one runtime (period and profiling switched per run).
 - collector_probe_read: ns per probe reading (build/runtime/pmoss_bench_probe) vs one getpid
   system call timed the same way in the same run.
 - collector_sweep_round: one sweeping round (runtime snapshot of all per-slice counters) vs a
@@ -62,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from pmoss.bench import Spread, best_time, interleaved, ratio_spread, verdict, write_record
+from pmoss.bench import Spread, best_time, interleaved, ratio_spread, sign_test, verdict, write_record
 from pmoss.collect.runtime import BATCH_MAX_WAIT_US_DEFAULT, Runtime, library_path
 from pmoss.collect.testbed import Testbed
 from pmoss.collect.topology import discover
@@ -153,13 +157,17 @@ def overhead(workload: str, waits: list[int], seconds: float, rounds: int, worke
 
 @dataclass
 class Profiled:
-    """A runtime with a probe, run with profiling on or off: on and off share one tree."""
+    """A runtime with a probe, run with profiling on or off and at a probe period (None: the
+    runtime's own): every configuration of one runtime shares its tree."""
 
     rt: Runtime
     on: bool
+    period_us: int | None = None
 
     def run(self, *args: Any, **kw: Any) -> dict[str, Any]:
         self.rt.set_profiling(self.on)
+        if self.on and self.period_us is not None:
+            self.rt.set_probe_period(self.period_us)
         return self.rt.run(*args, **kw)
 
 
@@ -184,9 +192,10 @@ def measure_rounds(rts: dict[str, Runtime | Profiled], workload: str, seconds: f
 def periods(workload: str, keys: int, seconds: float, rounds: int, workers: int, load: float, period_list: list[int]) -> None:
     """The probe period's trade-off: p50 latency of profiling at each period vs off, all interleaved
     in the same rounds, open loop at `load` x the lowest closed-loop median of the periods (the
-    point where a reading's cost is amplified most by the queue), with readings per query."""
-    mk = dict(n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers)
-    rts = {"off": Runtime(keys, **mk), **{f"period_{p}": Runtime(keys, probe="auto", probe_period_us=p, **mk) for p in period_list}}
+    point where a reading's cost is amplified most by the queue), with readings per query. Every
+    period and off are one runtime (Runtime.set_probe_period, set_profiling): one tree for all."""
+    probed = Runtime(keys, probe="auto", n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers)
+    rts = {"off": Profiled(probed, False), **{f"period_{p}": Profiled(probed, True, p) for p in period_list}}
     load_before = _load()
     closed = measure_rounds(rts, workload, seconds, rounds, 0.0)
     cap = min(Spread.of(closed[f"period_{p}"]["throughput"]).median for p in period_list)  # each period sustains the rate
@@ -196,6 +205,7 @@ def periods(workload: str, keys: int, seconds: float, rounds: int, workers: int,
         on = m[f"period_{p}"]
         r = ratio_spread(on["p50"], m["off"]["p50"])
         by_period[str(p)] = {"p50_ratio_spread": r.as_dict(), "verdict": verdict(r, higher_is_better=False), "p50_us": Spread.of(on["p50"]).as_dict(),
+                             "p50_sign_test": sign_test(on["p50"], m["off"]["p50"]),
                              "reads_per_query": float(np.mean(on["reads_per_query"])), "meets_target": r.median <= 1.2,
                              "closed_loop_throughput_ratio": ratio_spread(closed[f"period_{p}"]["throughput"], closed["off"]["throughput"]).as_dict()}  # fmt: skip
     best = min(period_list, key=lambda p: by_period[str(p)]["p50_ratio_spread"]["median"])
@@ -206,7 +216,7 @@ def periods(workload: str, keys: int, seconds: float, rounds: int, workers: int,
         f"open loop at {load * cap:,.0f} queries/s offered to all ({load:.0%} of the slowest period's closed-loop median); value: the lowest median ratio's period",
         Spread.of(m[f"period_{best}"]["p50"]).median, "us", f"p50 without profiling (interleaved, median of {rounds} x {seconds} s)",
         Spread.of(m["off"]["p50"]).median, periods=by_period, p50_us_off=Spread.of(m["off"]["p50"]).as_dict(), offered_qps=load * cap,
-        best_period_us=best, host_load=f"{load_before} (before), {_load()} (after)",
+        best_period_us=best, p50_us_rounds={k: d["p50"] for k, d in m.items()}, host_load=f"{load_before} (before), {_load()} (after)",
     )  # fmt: skip
 
 
@@ -250,13 +260,18 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
             Spread.of(m["off"]["p50"]).median, ratio_spread=p50.as_dict(), verdict=verdict(p50, higher_is_better=False),
             goal_p50_ratio=1.2, meets_target=p50.median <= 1.2 and sustained, throughput_ratio=thr.as_dict(),
             exact_p50_ratio_spread=p50_exact.as_dict(),
+            # where the ratio's range is too wide to read the median alone: in how many rounds
+            # profiling was slower, and how likely so uneven a split is by chance
+            p50_sign_test=sign_test(m["on"]["p50"], m["off"]["p50"]),
             other_tree_p50_ratio_spread=ratio_spread(m["off_other_tree"]["p50"], m["off"]["p50"]).as_dict(),
+            other_tree_p50_sign_test=sign_test(m["off_other_tree"]["p50"], m["off"]["p50"]),
             other_tree_throughput_ratio=ratio_spread(m["off_other_tree"]["throughput"], m["off"]["throughput"]).as_dict(),
             # open loop: the question is whether each side kept up with the offered rate
             **({"throughput_verdict": verdict(thr)} if offered == 0 else {
                 "sustained_share": share, "sustained_share_on": shares["on"], "sustained_share_off": shares["off"],
                 "saturated": min(shares["off"], shares["off_other_tree"]) < 0.99}),  # fmt: skip
-            offered_qps=offered, **sp, host_load=f"{load_before} (before), {_load()} (after)",
+            offered_qps=offered, **sp, p50_us_rounds={k: d["p50"] for k, d in m.items()},
+            host_load=f"{load_before} (before), {_load()} (after)",
         )  # fmt: skip
 
 

@@ -26,7 +26,10 @@ def ratio(r: dict) -> str:
     sp = r.get("ratio_spread")
     if not sp:
         return fmt(r.get("ratio"))
-    return f"{sp['median']:.4g} [{sp['min']:.3g}–{sp['max']:.3g}] {r.get('verdict', '')}".rstrip()
+    text = f"{sp['median']:.4g} [{sp['min']:.3g}–{sp['max']:.3g}] {r.get('verdict', '')}".rstrip()
+    if st := r.get("p50_sign_test"):  # open-loop p50: the median alone says little there
+        text += f"; higher in {st['a_higher']} of {st['n']} rounds (sign test p {st['p']:.2g})"
+    return text
 
 
 def table() -> str:

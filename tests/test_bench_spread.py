@@ -2,7 +2,7 @@
 
 import pytest
 
-from pmoss.bench import WITHIN_NOISE, Spread, interleaved, ratio_spread, verdict
+from pmoss.bench import WITHIN_NOISE, Spread, interleaved, ratio_spread, sign_test, verdict
 
 
 def test_spread_of_repeats() -> None:
@@ -26,6 +26,17 @@ def test_verdict_win_loss_and_noise() -> None:
     # lower is better (latency): above 1.0 is a loss
     assert verdict(ratio_spread([1.2, 1.3], [1.0, 1.0]), higher_is_better=False) == "loss"
     assert verdict(ratio_spread([0.5, 0.6], [1.0, 1.0]), higher_is_better=False) == "win"
+
+
+def test_sign_test_counts_paired_rounds() -> None:
+    # 9 of 10 rounds higher: p = 2 x (1 + 10) / 1024 (binomial tail, two-sided)
+    assert sign_test([2.0] * 9 + [0.5], [1.0] * 10) == {"a_higher": 9, "n": 10, "p": 22 / 1024}
+    # an even split says nothing, however large the ratios; ties are dropped
+    even = sign_test([100.0, 0.01, 5.0, 0.2, 1.0], [1.0] * 5)
+    assert (even["a_higher"], even["n"], even["p"]) == (2, 4, 1.0)
+    assert sign_test([1.0], [1.0]) == {"a_higher": 0, "n": 0, "p": 1.0}
+    with pytest.raises(ValueError, match="equal counts"):
+        sign_test([1.0, 2.0], [1.0])
 
 
 def test_ratio_pairs_rounds_when_counts_match() -> None:

@@ -217,6 +217,25 @@ def test_set_profiling_toggles_the_probe_per_run(perf_events) -> None:
         rtmod.Runtime(n_keys=100, n_slices=2).set_profiling(True)
 
 
+def test_set_probe_period_changes_the_next_runs(perf_events) -> None:
+    """set_probe_period on one tree: 0 reads around every batch, an hour profiles each slice's
+    first batch only (at most two reads a slice per worker), None is the default again; a
+    runtime without a probe, or a period out of range, is refused."""
+    rt = probed(n_keys=20_000, n_slices=8, probe="software")
+    rt.set_probe_period(0)
+    every = rt.run("ycsb-c", 0.1)
+    assert every["probe_reads"] > every["batches"] > 0
+    rt.set_probe_period(3600 * 10**6)
+    rare = rt.run("ycsb-c", 0.1, seed=2)
+    assert rare["batches"] > 2 * 8 and 0 < rare["probe_reads"] <= 2 * 8 * len(rt.worker_cpus())
+    rt.set_probe_period(None)
+    assert rt.run("ycsb-c", 0.1, seed=3)["probe_reads"] > 0
+    with pytest.raises(rtmod.NativeRuntimeError, match="probe_period_us"):
+        rt.set_probe_period(-1)
+    with pytest.raises(rtmod.NativeRuntimeError, match="probe"):
+        rtmod.Runtime(n_keys=100, n_slices=2).set_probe_period(0)
+
+
 def test_batch_wait_default_matches_header() -> None:
     header = (Path(__file__).resolve().parents[1] / "runtime/include/pmoss/runtime.h").read_text()
     m = re.search(r"#define PM_BATCH_MAX_WAIT_US_DEFAULT (\d+)", header)

@@ -1394,6 +1394,18 @@ int pm_runtime_set_profiling(pm_runtime *rt, int on)
     return rc;
 }
 
+int pm_runtime_set_probe_period(pm_runtime *rt, unsigned period_us)
+{
+    if (!rt || !rt->has_probe)
+        return -EINVAL;
+    pthread_mutex_lock(&rt->ctl);
+    int rc = rt->running ? -EBUSY : 0;
+    if (!rc) /* read where each run's workers start */
+        rt->cfg.probe_period_us = period_us;
+    pthread_mutex_unlock(&rt->ctl);
+    return rc;
+}
+
 int pm_runtime_start(pm_runtime *rt, const pm_workload_spec *spec, char *err, size_t err_len)
 {
     pthread_mutex_lock(&rt->ctl);

@@ -297,10 +297,27 @@ static void test_probe(void)
     CHECK_EQ(pm_runtime_set_profiling(rt, 1), 0);
     CHECK_EQ(pm_runtime_run(rt, &spec, 0.05, &res, NULL, err, sizeof err), 0);
     CHECK(res.probe_reads > 0 && atomic_load(&probes_open) == 0);
+
+    /* the probe period per run: 0 reads around every batch; a period longer
+     * than the run profiles each slice's first batch only, at most two reads
+     * a slice per worker */
+    CHECK_EQ(pm_runtime_set_probe_period(rt, 0), 0);
+    CHECK_EQ(pm_runtime_run(rt, &spec, 0.05, &res, NULL, err, sizeof err), 0);
+    CHECK(res.batches > 0 && res.probe_reads > res.batches);
+    CHECK_EQ(pm_runtime_set_probe_period(rt, 3600u * 1000000u), 0);
+    CHECK_EQ(pm_runtime_run(rt, &spec, 0.05, &res, NULL, err, sizeof err), 0);
+    CHECK(res.batches > 2u * N_SLICES && res.probe_reads > 0);
+    CHECK(res.probe_reads <= 2u * N_SLICES * pm_runtime_worker_cpus(rt, NULL, 0));
+    CHECK_EQ(pm_runtime_set_probe_period(rt, PM_PROBE_PERIOD_AUTO), 0);
+    CHECK_EQ(pm_runtime_start(rt, &spec, err, sizeof err), 0);
+    CHECK_EQ(pm_runtime_set_probe_period(rt, 0), -EBUSY);
+    CHECK_EQ(pm_runtime_set_profiling(rt, 0), -EBUSY);
+    CHECK_EQ(pm_runtime_stop(rt, &res, NULL), 0);
     pm_runtime_destroy(rt);
     rt = make("uniform", PM_BOUNDARIES_EQUAL_COUNT, NULL);
     CHECK_EQ(pm_runtime_set_profiling(rt, 1), -EINVAL); /* no probe to turn on */
     CHECK_EQ(pm_runtime_set_profiling(rt, 0), 0);
+    CHECK_EQ(pm_runtime_set_probe_period(rt, 0), -EINVAL);
     pm_runtime_destroy(rt);
 
     pm_probe_ops bad = {probe_open_fail, probe_read, probe_close, 3, probe_names};

@@ -10,6 +10,7 @@ machine is noisy and absolute numbers from different runs do not compare.
 from __future__ import annotations
 
 import json
+import math
 import platform
 import shlex
 import statistics
@@ -106,6 +107,19 @@ def verdict(ratio: Spread, higher_is_better: bool = True) -> str:
         return WITHIN_NOISE
     above = ratio.lo > 1.0
     return "win" if above == higher_is_better else "loss"
+
+
+def sign_test(a: Sequence[float], b: Sequence[float]) -> dict[str, float | int]:
+    """Paired rounds a[i] vs b[i]: in how many a is higher, and the exact two-sided sign-test p
+    (ties dropped): the chance of a split at least this uneven if neither side tends higher. For
+    figures whose spread is too wide for the median alone to say anything (open-loop p50 near
+    saturation on a shared host)."""
+    if len(a) != len(b):
+        raise ValueError(f"sign_test: paired rounds need equal counts, got {len(a)} and {len(b)}")
+    higher = sum(x > y for x, y in zip(a, b))
+    n = higher + sum(x < y for x, y in zip(a, b))
+    tail = sum(math.comb(n, k) for k in range(min(higher, n - higher) + 1)) / 2**n if n else 1.0
+    return {"a_higher": higher, "n": n, "p": min(1.0, 2 * tail)}
 
 
 def interleaved(runs: dict[str, Callable[[int], T]], repeats: int) -> dict[str, list[T]]:

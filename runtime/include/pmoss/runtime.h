@@ -620,6 +620,13 @@ int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out);
  * on for a runtime without a probe) or -EBUSY (a workload is running). */
 int pm_runtime_set_profiling(pm_runtime *rt, int on);
 
+/* The probe period of the following runs (probe_period_us of
+ * pm_runtime_config; PM_PROBE_PERIOD_AUTO: the default), so that periods are
+ * compared on one tree, as set_profiling compares on and off. Control thread
+ * only. Returns 0, -EINVAL (rt NULL, or a runtime without a probe) or -EBUSY
+ * (a workload is running). */
+int pm_runtime_set_probe_period(pm_runtime *rt, unsigned period_us);
+
 /* Direct single-query access from the calling thread (tests, tools); routed
  * to the owning slice's tree. Same semantics as the pm_tree calls. A scan
  * continues across slices. Thread-safe. */

@@ -84,6 +84,7 @@ typedef struct pm_run_result {
 } pm_run_result;
 int pm_runtime_latency(pm_runtime *rt, pm_latency_summary *out);
 int pm_runtime_set_profiling(pm_runtime *rt, int on);
+int pm_runtime_set_probe_period(pm_runtime *rt, unsigned period_us);
 int pm_runtime_run(pm_runtime *rt, const pm_workload_spec *spec, double seconds,
                    pm_run_result *result, uint64_t *slice_queries, char *err, size_t err_len);
 struct ArrowSchema {
@@ -162,6 +163,13 @@ def host_pmu_facts() -> dict[str, Any]:
 
 
 BATCH_MAX_WAIT_US_DEFAULT = 1_000  # = PM_BATCH_MAX_WAIT_US_DEFAULT (runtime.h): a partial batch's deadline with a probe when none is given
+PROBE_PERIOD_AUTO = 2**32 - 1  # = PM_PROBE_PERIOD_AUTO (runtime.h): the default period
+
+
+def _probe_period(us: int) -> int:
+    if not 0 <= us < PROBE_PERIOD_AUTO:
+        raise NativeRuntimeError(f"probe_period_us must be in [0, 2^32 - 2] microseconds, got {us}")
+    return us
 
 
 def _message(err: Any) -> str:
@@ -257,9 +265,7 @@ class Runtime:
                 raise NativeRuntimeError(f"batch_max_wait_us must be in [0, 2^32 - 2] microseconds, got {batch_max_wait_us}")
             cfg.batch_max_wait_us = batch_max_wait_us
         if probe_period_us is not None:
-            if not 0 <= probe_period_us < 2**32 - 1:
-                raise NativeRuntimeError(f"probe_period_us must be in [0, 2^32 - 2] microseconds, got {probe_period_us}")
-            cfg.probe_period_us = probe_period_us
+            cfg.probe_period_us = _probe_period(probe_period_us)
         cfg.routers_per_node, cfg.max_workers = routers_per_node, max_workers
         cfg.share_cpus = -1 if share_cpus is None else int(share_cpus)
         if probe is not None:
@@ -398,6 +404,16 @@ class Runtime:
             raise NativeRuntimeError("set_profiling(True) needs a runtime created with a probe")
         if rc:
             raise NativeRuntimeError(f"set_profiling failed: {os.strerror(-rc)}")
+
+    def set_probe_period(self, period_us: int | None) -> None:
+        """The probe period of the following runs (None: the default), on this same tree, so
+        periods are compared without a second tree's memory in the comparison."""
+        us = PROBE_PERIOD_AUTO if period_us is None else _probe_period(period_us)
+        rc = self._lib.pm_runtime_set_probe_period(self._rt, us)
+        if rc == -errno.EINVAL:
+            raise NativeRuntimeError("set_probe_period needs a runtime created with a probe")
+        if rc:
+            raise NativeRuntimeError(f"set_probe_period failed: {os.strerror(-rc)}")
 
     def latency(self) -> dict[str, Any]:
         """Latency of the queries completed since the previous call (reset-on-read; the first
