@@ -104,7 +104,7 @@ def test_promotion_gate_end_to_end(tmp_path, store):
         rollback("pmoss-dt")
 
 
-def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path, store):
+def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path, store, capsys):
     import mlflow
 
     metrics = tmp_path / "eval" / "metrics.json"
@@ -114,6 +114,8 @@ def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path,
     a, b = _bundle(tmp_path, "base"), _bundle(tmp_path, "assistant")
     versions, chosen = register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics)
     assert versions == {"dt-base": 1, "dt-assistant": 2} and chosen == "dt-base"  # the evaluation picks, not the order
+    printed = capsys.readouterr()  # MLflow's "Successfully registered model" / "Created version" lines stay off
+    assert "registered model" not in (printed.out + printed.err).lower() and "Created version" not in printed.err, printed
     uri = os.environ["MLFLOW_TRACKING_URI"]  # not a global URI an earlier test set in this process
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     assert str(client.get_model_version_by_alias("pmoss-dt", "candidate").version) == "1"

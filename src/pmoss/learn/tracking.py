@@ -18,6 +18,8 @@ import os
 import socket
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -104,6 +106,21 @@ def mlflow_client():
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     return mlflow
+
+
+@contextmanager
+def without_mlflow_prints() -> Iterator[None]:
+    """MLflow's event stream off for one call whose outcome the caller prints itself: register_model
+    prints "Successfully registered model", "already exists. Creating a new version" and "Created
+    version" for every model, three lines beside our one. Its errors still raise."""
+    from mlflow.utils.logging_utils import MLFLOW_LOGGING_STREAM
+
+    was = MLFLOW_LOGGING_STREAM.enabled
+    MLFLOW_LOGGING_STREAM.enabled = False
+    try:
+        yield
+    finally:
+        MLFLOW_LOGGING_STREAM.enabled = was
 
 
 def ensure_experiment(name: str) -> str:

@@ -23,7 +23,7 @@ from pmoss.contracts.checksum import file_digest
 from pmoss.contracts.errors import PmossError, brief
 from pmoss.contracts.io import atomic_write_text
 from pmoss.learn.bundle import BUNDLE_FILE, load_bundle
-from pmoss.learn.tracking import ensure_experiment, mlflow_client
+from pmoss.learn.tracking import ensure_experiment, mlflow_client, without_mlflow_prints
 
 MODEL_NAMES = {"dt": "pmoss-dt", "bc": "pmoss-bc", "cql": "pmoss-cql"}
 app = typer.Typer(help="Register and list model versions (MLflow registry).", no_args_is_help=True)
@@ -84,7 +84,8 @@ def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | N
             mlflow.log_artifact(str(f), "evaluation")
         info = mlflow.pyfunc.log_model(name="model", python_model=str(PYFUNC_CODE), artifacts={"bundle": str(Path(model_dir) / BUNDLE_FILE)},
                                        pip_requirements=["torch==2.13.0", "pmoss"])  # fmt: skip
-        version = mlflow.register_model(info.model_uri, name)
+        with without_mlflow_prints():
+            version = mlflow.register_model(info.model_uri, name)
     client = mlflow.MlflowClient()
     for k, v in tags.items():
         client.set_model_version_tag(name, version.version, k, v)
