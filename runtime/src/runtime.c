@@ -1028,12 +1028,16 @@ static void execute(worker *w, const pm_query *q, pm_op_stats *st)
  * slice's queries, at most batch_queries of them; B consecutive profiled
  * batches cost B + 1 reads. A slice's batch is profiled when its period has
  * passed (probe_ns 0: every batch); the others run between no readings.
- * Nothing is popped from the queue in between. */
-static void run_due(worker *w, uint64_t *before, uint64_t *after, uint64_t *done, uint64_t probe_ns)
+ * now: the clock the worker read for pm_pending_pick, 0 if it read none (at
+ * light load a due run is a query or two, and a second clock read per run
+ * showed in their p50). Nothing is popped from the queue in between. */
+static void run_due(worker *w, uint64_t *before, uint64_t *after, uint64_t *done, uint64_t probe_ns,
+                    uint64_t now)
 {
     pm_runtime *rt = w->rt;
     pm_pending *p = &w->pend;
-    uint64_t now = probe_ns && rt->profile_runs ? pm_now_ns() : 0; /* one clock read per run */
+    if (probe_ns && rt->profile_runs && !now)
+        now = pm_now_ns();
     bool open = false; /* `before` holds the reading that opens the next window */
     w->batches += p->n_due;
     for (unsigned d = 0; d < p->n_due; d++) {
@@ -1117,12 +1121,13 @@ static void *worker_main(void *arg)
          * slice's queries would only idle the worker, so everything
          * pending runs now (grouped by slice); while queries keep coming,
          * batches fill up to G or until the deadline */
+        uint64_t now = 0;
         if (w->pend.oldest != PM_PENDING_NONE)
-            pm_pending_pick(&w->pend, empty, wait_ns, pm_now_ns());
+            pm_pending_pick(&w->pend, empty, wait_ns, now = pm_now_ns());
         if (w->pend.n_due) {
             /* every batch's stats are stored when it ends: idle time finds
              * nothing left to flush for the sweepers */
-            run_due(w, probe_buf, probe_buf + PM_PROBE_MAX_VALUES, &done, probe_ns);
+            run_due(w, probe_buf, probe_buf + PM_PROBE_MAX_VALUES, &done, probe_ns, now);
             continue;
         }
         if (!empty)
