@@ -224,13 +224,13 @@ def latency(workload: str, keys: int, seconds: float, rounds: int, workers: int,
     """Profiling on (probe auto, sampled windows, default batching) vs off, and exact (every batch
     read) for reference, interleaved round by round: closed loop (each side's own maximum
     throughput), then open loop at the same offered rate for all, a fraction of the profiled
-    side's closed-loop median (so each sustains it). On and off are one runtime, profiling
-    switched per run (Runtime.set_profiling): two runtimes of the same keys differ by their trees'
+    side's closed-loop median (so each sustains it). On, off and exact are one runtime, profiling
+    and period switched per run (Runtime.set_profiling, set_probe_period): two runtimes of the same keys differ by their trees'
     memory alone by up to 1.7x in p50 here, more than profiling costs. That difference is measured
     beside it: "off_other_tree", a second runtime without a probe, vs off."""
     mk = dict(n_slices=SLICES, batch_queries=GRANULARITY, max_workers=workers)
     probed = Runtime(keys, probe="auto", **mk)
-    rts = {"on": Profiled(probed, True, period_us), "off": Profiled(probed, False), "exact": Runtime(keys, probe="auto", probe_period_us=0, **mk),
+    rts = {"on": Profiled(probed, True, period_us), "off": Profiled(probed, False), "exact": Profiled(probed, True, 0),
            "off_other_tree": Runtime(keys, **mk)}  # fmt: skip
 
     def measure(offered: float) -> dict[str, dict[str, list[float]]]:

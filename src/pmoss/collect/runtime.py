@@ -172,6 +172,16 @@ def _probe_period(us: int) -> int:
     return us
 
 
+def _between_runs(rc: int, what: str) -> None:
+    """The result of a setter that applies to the following runs (set_profiling, set_probe_period)."""
+    if rc == -errno.EINVAL:
+        raise NativeRuntimeError(f"{what} needs a runtime created with a probe")
+    if rc == -errno.EBUSY:
+        raise NativeRuntimeError(f"{what}: a workload is running; it applies between runs")
+    if rc:
+        raise NativeRuntimeError(f"{what} failed: {os.strerror(-rc)}")
+
+
 def _message(err: Any) -> str:
     return _ffi.string(err).decode("utf-8", "replace")
 
@@ -399,21 +409,13 @@ class Runtime:
         """Profile the following runs (the default with a probe) or not: off, workers neither
         open nor read the probe, as on a runtime created without one but on this same tree, so
         profiling's cost is measured without a second tree's memory in the comparison."""
-        rc = self._lib.pm_runtime_set_profiling(self._rt, int(on))
-        if rc == -errno.EINVAL:
-            raise NativeRuntimeError("set_profiling(True) needs a runtime created with a probe")
-        if rc:
-            raise NativeRuntimeError(f"set_profiling failed: {os.strerror(-rc)}")
+        _between_runs(self._lib.pm_runtime_set_profiling(self._rt, int(on)), f"set_profiling({on})")
 
     def set_probe_period(self, period_us: int | None) -> None:
         """The probe period of the following runs (None: the default), on this same tree, so
         periods are compared without a second tree's memory in the comparison."""
         us = PROBE_PERIOD_AUTO if period_us is None else _probe_period(period_us)
-        rc = self._lib.pm_runtime_set_probe_period(self._rt, us)
-        if rc == -errno.EINVAL:
-            raise NativeRuntimeError("set_probe_period needs a runtime created with a probe")
-        if rc:
-            raise NativeRuntimeError(f"set_probe_period failed: {os.strerror(-rc)}")
+        _between_runs(self._lib.pm_runtime_set_probe_period(self._rt, us), "set_probe_period")
 
     def latency(self) -> dict[str, Any]:
         """Latency of the queries completed since the previous call (reset-on-read; the first
