@@ -6,6 +6,7 @@ Heavy imports (torch, lightning, ray, mlflow) happen inside the commands that ne
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -117,8 +118,15 @@ def _mlflow_error() -> type[Exception]:
     return module.MlflowException if module else _NeverRaised
 
 
+# A command is one short process holding torch, Lightning and MLflow (~660k objects, the cyclic
+# collector walks them all on every full collection): collecting every 20k allocations instead of
+# 700, and not over the modules at exit, saves ~3 s of each training stage (docs/benchmarks.md).
+GC_THRESHOLD = 20_000
+
+
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit status 1."""
+    gc.set_threshold(GC_THRESHOLD)
     _mount_subcommands(sys.argv[1:])
     try:
         app()
@@ -131,3 +139,5 @@ def main() -> None:
 
         err.print(f"[red]error:[/red] MLflow at {default_tracking_uri()}: {brief(e, 200)}", highlight=False, soft_wrap=True)
         sys.exit(1)
+    finally:
+        gc.freeze()  # the process ends here: the interpreter's last collections then skip every object alive now
