@@ -22,8 +22,9 @@ from pmoss.collect.driver import (
     pending,
     plan_chunks,
     rows_to_table,
+    searches,
 )
-from pmoss.collect.plan import load_pool
+from pmoss.collect.plan import expand, load_pool
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.snapshot import (
     SNAPSHOT_SCHEMA,
@@ -81,6 +82,16 @@ def test_search_episodes_are_labelled_and_resumable(tmp_path):
     prov = [json.loads(r["schedule_provenance"]) for r in search]
     assert {p["generator"] for p in prov} == {"search"} and {p["budget"] for p in prov} == {100, 300}
     assert collect(pool, tmp_path / "raw", progress=False) == 0  # the same searches give the same ids
+
+
+def test_searches_on_several_cores_are_the_ones_run_one_after_another(tmp_path):
+    """The plan's searches run in worker processes: each cell's schedules must be its own search's."""
+    pool = load_pool(write_pool(tmp_path, epc=1, extra="search_runs: 2\nsearch_budgets: [100, 300]\n"))
+    specs = list(expand(pool))
+    parallel, serial = searches(specs, workers=2), searches(specs, workers=1)
+    assert len(serial) == 4 * 2 and list(parallel) == list(serial)
+    for key, by_budget in serial.items():
+        assert {b: s.model_dump() for b, s in parallel[key].items()} == {b: s.model_dump() for b, s in by_budget.items()}, key
 
 
 def test_chunks_are_one_cell_each_and_bounded(tmp_path):
