@@ -44,6 +44,16 @@ def test_help_imports_no_heavy_library():
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr
 
 
+def test_a_command_process_collects_rarely_and_skips_its_modules_at_exit():
+    """The collector settings that save ~3 s of a training stage (docs/benchmarks.md): set by the
+    entry point, and everything alive at the end frozen, on success and on a user error alike."""
+    for argv, rc in ((["pmoss", "--help"], 0), (["pmoss", "evaluate", "/nonexistent.yaml", "--model", "a=b"], 1)):
+        code = f"import gc, sys; sys.argv = {argv!r}\nfrom pmoss.cli import main, GC_THRESHOLD\ntry:\n main()\nexcept SystemExit as e:\n code = e.code\n" \
+               "print(code or 0, gc.get_threshold()[0] == GC_THRESHOLD, gc.get_freeze_count() > 10000)"  # fmt: skip
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert r.stdout.splitlines()[-1].split() == [str(rc), "True", "True"], (argv, r.stdout, r.stderr)
+
+
 def test_listed_help_is_each_commands_own():
     """The top-level listing reads help from the source; it must match what the mounted command says."""
     import importlib

@@ -88,23 +88,34 @@ def cell_baselines(machine: Any, snapshot: dict[str, Any], cfg: EvalConfig) -> d
     return {kind: generate(kind, machine, cfg.n_slices, load=load if kind == "sn-hot" else None) for kind in cfg.baselines}  # type: ignore[arg-type]
 
 
-def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg: EvalConfig, keep: dict[str, Schedule] | None = None) -> dict[str, float]:
-    """Throughput per policy in one cell; learned and oracle schedules are also put in `keep`."""
+def cell_config(machine: Any, cfg: EvalConfig) -> EvalConfig:
+    """`cfg` with the machine's slice count when slices scale with the machine (slices_per_worker)."""
+    return cfg.model_copy(update={"n_slices": slices_for(machine, cfg.slices_per_worker)}) if cfg.slices_per_worker else cfg
+
+
+def cell_oracle(machine: Any, workload: str, cfg: EvalConfig) -> Schedule:
+    from pmoss.sim import oracle
+
+    cfg = cell_config(machine, cfg)
+    return oracle(machine, get_workload(workload), cfg.dataset, cfg.n_slices, seed=0, n_records=cfg.n_records)[0]
+
+
+def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg: EvalConfig, keep: dict[str, Schedule] | None = None,
+                  oracle: Schedule | None = None) -> dict[str, float]:  # fmt: skip
+    """Throughput per policy in one cell (and of its `oracle` schedule, when given); learned and
+    oracle schedules are also put in `keep`."""
     from pmoss.learn.rollout import propose
     from pmoss.sim import load_sim_machine
 
     machine = load_sim_machine(machine_name)
-    if cfg.slices_per_worker:
-        cfg = cfg.model_copy(update={"n_slices": slices_for(machine, cfg.slices_per_worker)})
+    cfg = cell_config(machine, cfg)
     snapshot = cell_snapshot(machine, workload, cfg)
     schedules = cell_baselines(machine, snapshot, cfg)
     for name, bundle in bundles.items():
         settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}  # a version may carry its own
         schedules[name] = propose(bundle, machine, snapshot, **settings)
-    if cfg.oracle:
-        from pmoss.sim import oracle
-
-        schedules["oracle"] = oracle(machine, get_workload(workload), cfg.dataset, cfg.n_slices, seed=0, n_records=cfg.n_records)[0]
+    if oracle is not None:
+        schedules["oracle"] = oracle
     if keep is not None:
         keep.update({n: s for n, s in schedules.items() if n not in cfg.baselines})
     return measure(machine, workload, schedules, cfg)
@@ -116,11 +127,17 @@ def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = Tr
     from rich.progress import track
 
     from pmoss.sim import expand_machines, load_sim_machine
+    from pmoss.sim.oracle import on_cores
 
     names = [load_sim_machine(m).name for m in expand_machines(cfg.machines)]  # files and directories too; all checked first
+    pairs = [(m, w) for m in names for w in cfg.workloads]
+    # the oracle searches first, a worker process per core: the machine itself goes to the worker (a
+    # descriptor file's machine is known by name only in this process)
+    calls = [(load_sim_machine(m), w, cfg) for m, w in pairs]
+    oracles = on_cores(cell_oracle, calls, progress="oracle" if progress else None) if cfg.oracle else [None] * len(pairs)
     cells = {}
-    for m, w in track([(m, w) for m in names for w in cfg.workloads], description="evaluate", disable=not progress):
-        cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None)
+    for (m, w), oracle in track(list(zip(pairs, oracles, strict=True)), description="evaluate", disable=not progress):
+        cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None, oracle)
     return cells
 
 
@@ -269,7 +286,11 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
 
     panels = [(c, n, s) for c, per in schedules.items() for n, s in per.items()]
     rows = max(load_sim_machine(c.split("|")[0]).numa_nodes for c, _, _ in panels)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 0.8 + (0.22 * rows + 0.5) * len(panels)), squeeze=False, layout="constrained")
+    # margins in inches, laid out by hand: the constraint solver took 2 of evaluate's ~13 s on 28 panels
+    tall, gap, top, bottom = 0.22 * rows, 0.5, 0.6, 0.3
+    height = top + bottom + len(panels) * (tall + gap) - gap
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, height), squeeze=False,
+                             gridspec_kw={"left": 0.08, "right": 0.84, "top": 1 - top / height, "bottom": bottom / height, "hspace": gap / tall})  # fmt: skip
     for ax, (cell, name, sched) in zip(axes[:, 0], panels, strict=True):
         m = load_sim_machine(cell.split("|")[0])
         cols = max(len(w) for w in m.workers_by_node)
@@ -288,7 +309,7 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
         ax.set_title(f"{cell} {name}{f' (kept {sched.kind})' if sched.kind in ANY_WORKER_KINDS else ''} (source=sim)", fontsize=8)
         ax.set_ylabel("node", fontsize=7)
         ax.tick_params(labelsize=6)
-    fig.colorbar(im, ax=axes[:, 0].tolist(), label="slice key-range position", shrink=0.6)
+    fig.colorbar(im, cax=fig.add_axes((0.87, 0.2 + 0.6 * bottom / height, 0.02, 0.6 * (1 - (top + bottom) / height))), label="slice key-range position")
     fig.suptitle("Schedules over the core tile — simulated testbed (source=sim)", fontsize=9)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -18,7 +18,9 @@ docs/machine-model.md §13.
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -37,6 +39,7 @@ ONE_CORE_SEEDS = ("sn-grouped", "sn-spread", "sn-mixed", "sn-random")
 GROUP_SEEDS = ("sn-numa", "sn-hot") + ONE_CORE_SEEDS
 SEED_VARIANTS = 4  # generator seeds tried per heuristic kind
 RANDOM_SHARE = 0.25  # share of the budget spent on extra random starts (cheap, often lucky)
+R = TypeVar("R")
 PROPOSALS = 32  # neighbours scored per round (one model call)
 T_START, T_END = 0.02, 0.0005  # annealing temperature, as a fraction of the current throughput
 CAPPED_STARTS = 32  # group space: random starts drawn under a load cap (see _capped)
@@ -95,6 +98,22 @@ def trajectory(machine: Machine | str, workload: Workload | str, dataset: str, n
         if cur_x > best_x:
             best, best_x = cur.copy(), cur_x
     return out
+
+
+def on_cores(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]], workers: int | None = None, progress: str | None = None) -> list[R]:
+    """[fn(*args) for args in calls], a worker process per core (default `os.cpu_count()`; joblib,
+    each worker's BLAS on one thread), with a progress bar titled `progress` if given. For
+    independent searches: each is seeded, so the results are the ones one process gets, in order."""
+    from rich.progress import track
+
+    n = min(len(calls), workers or os.cpu_count() or 1)
+    if n <= 1:
+        results = (fn(*args) for args in calls)
+    else:
+        from joblib import Parallel, delayed
+
+        results = Parallel(n_jobs=n, return_as="generator")(delayed(fn)(*args) for args in calls)
+    return list(track(results, total=len(calls), description=progress or "", disable=progress is None))
 
 
 def _schedule(inp: Inputs, groups: np.ndarray, kind: Kind, seed: int, budget: int, space: Space) -> Schedule:
