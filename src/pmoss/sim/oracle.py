@@ -35,11 +35,11 @@ from pmoss.sim.placement import from_groups
 from pmoss.sim.profile import load_share
 
 Space = Literal["group", "one-core"]
+R = TypeVar("R")
 ONE_CORE_SEEDS = ("sn-grouped", "sn-spread", "sn-mixed", "sn-random")
 GROUP_SEEDS = ("sn-numa", "sn-hot") + ONE_CORE_SEEDS
 SEED_VARIANTS = 4  # generator seeds tried per heuristic kind
 RANDOM_SHARE = 0.25  # share of the budget spent on extra random starts (cheap, often lucky)
-R = TypeVar("R")
 PROPOSALS = 32  # neighbours scored per round (one model call)
 T_START, T_END = 0.02, 0.0005  # annealing temperature, as a fraction of the current throughput
 CAPPED_STARTS = 32  # group space: random starts drawn under a load cap (see _capped)
