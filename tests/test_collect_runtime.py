@@ -108,6 +108,21 @@ def test_episode_says_why_counters_are_software(monkeypatch, perf_events):
         assert row["cycles"] is None and "cycles" in row["unavailable"]
 
 
+def test_a_testbed_runtime_checks_schedules_against_its_machine(capfd):
+    """The testbed gives the runtime its descriptor's name: a schedule for it goes in without the
+    runtime's "accepted without checking" line (serve printed it), one for another machine is refused."""
+    from pmoss.collect.runtime import ScheduleError
+    from pmoss.contracts.policies import generate
+
+    machine = discover(name="localhost")
+    bed = testbed.Testbed(machine, 20_000, n_slices=8, probe=None, offcore=None)
+    sched = generate("os-default", machine, 8, seed=1)
+    bed.enforce(sched)
+    assert "accepted without checking" not in capfd.readouterr().err
+    with pytest.raises(ScheduleError, match='this host is "localhost"'):
+        bed.rt.set_schedule(sched.node, sched.core, sched.kind, machine="another")
+
+
 def test_runtime_backend_resume_skips_finished_episodes_and_never_duplicates(tmp_path, perf_events):
     """An interrupted plan: one cell's file was never renamed into place (its temp file is left);
     re-running runs exactly that cell's episodes and leaves the finished file untouched."""

@@ -248,7 +248,7 @@ class Runtime:
                  batch_max_wait_us: int | None = None, probe_period_us: int | None = None, queue_capacity: int = 1024,
                  routers_per_node: int = 1,
                  max_workers: int = 0, share_cpus: bool | None = None, probe: str | None = None,
-                 offcore: str | None = None) -> None:
+                 offcore: str | None = None, machine: str | None = None) -> None:
         """probe: None (own counts only) or a collector counter mode: auto | software | hardware |
         hardware-only (no software events: task_clock_ns from the counters' enabled time,
         page_faults / context_switches null; readings without a system call where the kernel
@@ -262,7 +262,9 @@ class Runtime:
         else 0); a worker whose queue is empty runs every partial batch at once.
         probe_period_us: sampled attribution, a slice's first batch and then at most one per period
         runs between probe readings (exact windows; totals are estimated from the `profiled_queries`
-        stat, collector.episode_columns); 0: every batch; None: the runtime's default (100 ms)."""
+        stat, collector.episode_columns); 0: every batch; None: the runtime's default (100 ms).
+        machine: this host's descriptor name; a schedule made for another machine is then refused
+        (None: accepted unchecked, which the runtime says once on stderr)."""
         self._lib = load_library()
         cfg = _ffi.new("pm_runtime_config *")
         self._lib.pm_runtime_config_init(cfg)
@@ -276,6 +278,9 @@ class Runtime:
             cfg.batch_max_wait_us = batch_max_wait_us
         if probe_period_us is not None:
             cfg.probe_period_us = _probe_period(probe_period_us)
+        if machine:
+            self._machine = _ffi.new("char[]", machine.encode())
+            cfg.machine = self._machine
         cfg.routers_per_node, cfg.max_workers = routers_per_node, max_workers
         cfg.share_cpus = -1 if share_cpus is None else int(share_cpus)
         if probe is not None:

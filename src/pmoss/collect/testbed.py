@@ -41,7 +41,7 @@ class Testbed:
 
         self.machine, self.dataset, self.n_keys = machine, dataset, n_keys
         self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe, offcore=offcore,
-                          batch_queries=batch_queries, batch_max_wait_us=batch_max_wait_us)
+                          batch_queries=batch_queries, batch_max_wait_us=batch_max_wait_us, machine=machine.name)
         self.probe = probe
         self.pmu = host_pmu_facts()  # why counters are hardware or software here: the rows' counter_mode_reason
         self.n_slices = self.rt.n_slices
