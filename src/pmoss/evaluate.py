@@ -133,8 +133,9 @@ def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = Tr
     pairs = [(m, w) for m in names for w in cfg.workloads]
     # the oracle searches first, a worker process per core: the machine itself goes to the worker (a
     # descriptor file's machine is known by name only in this process)
-    calls = [(load_sim_machine(m), w, cfg) for m, w in pairs]
-    oracles = on_cores(cell_oracle, calls, progress="oracle" if progress else None) if cfg.oracle else [None] * len(pairs)
+    oracles: list[Schedule | None] = [None] * len(pairs)
+    if cfg.oracle:
+        oracles = on_cores(cell_oracle, [(load_sim_machine(m), w, cfg) for m, w in pairs], progress="oracle" if progress else None)
     cells = {}
     for (m, w), oracle in track(list(zip(pairs, oracles, strict=True)), description="evaluate", disable=not progress):
         cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None, oracle)
@@ -290,7 +291,7 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
     tall, gap, top, bottom = 0.22 * rows, 0.5, 0.6, 0.3
     height = top + bottom + len(panels) * (tall + gap) - gap
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, height), squeeze=False,
-                             gridspec_kw={"left": 0.08, "right": 0.84, "top": 1 - top / height, "bottom": bottom / height, "hspace": gap / tall})  # fmt: skip
+                             gridspec_kw={"left": 0.08, "right": 0.95, "top": 1 - top / height, "bottom": bottom / height, "hspace": gap / tall})  # fmt: skip
     for ax, (cell, name, sched) in zip(axes[:, 0], panels, strict=True):
         m = load_sim_machine(cell.split("|")[0])
         cols = max(len(w) for w in m.workers_by_node)
@@ -309,7 +310,7 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
         ax.set_title(f"{cell} {name}{f' (kept {sched.kind})' if sched.kind in ANY_WORKER_KINDS else ''} (source=sim)", fontsize=8)
         ax.set_ylabel("node", fontsize=7)
         ax.tick_params(labelsize=6)
-    fig.colorbar(im, cax=fig.add_axes((0.87, 0.2 + 0.6 * bottom / height, 0.02, 0.6 * (1 - (top + bottom) / height))), label="slice key-range position")
+    fig.colorbar(im, ax=axes[:, 0].tolist(), label="slice key-range position", shrink=0.6)
     fig.suptitle("Schedules over the core tile — simulated testbed (source=sim)", fontsize=9)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
