@@ -49,16 +49,20 @@ def test_oracle_budget_too_small():
 
 @pytest.mark.parametrize("name, workload", [("amd-milan-nps4", "ycsb-c"), ("intel-snb-4s", "rsi-20-30-50"), ("intel-skx-4s", "scan")])
 def test_group_oracle_beats_every_baseline(name, workload):
-    """The group oracle is the upper reference: >= every baseline with per-slice groups, sn-numa and
-    sn-hot (given the workload's load) included, since it is seeded from them."""
+    """The group oracle is the upper reference of its space: >= every baseline with per-slice groups,
+    sn-numa and sn-hot (given the workload's load) included, since it is seeded from them. (The
+    os-* and se-numa kinds run a slice on every worker, outside the space: with NUMA balancing
+    spreading os-default's pages, it can win append-heavy cells, where one slice takes half the
+    queries and no node-wide group can carry it.)"""
     from pmoss.contracts.policies import BASELINE_KINDS
+    from pmoss.contracts.schedule import ANY_WORKER_KINDS
     from pmoss.sim.profile import insert_order, slice_profile
 
     m = load_sim_machine(name)
     sched, x = oracle(m, workload, "dense", N, seed=0, budget=200, n_records=N_REC)
     assert sched.validate_for(m).provenance["space"] == "group"
     load = slice_profile(get_workload(workload), N_REC, N, insert_order("dense")).share
-    base = [generate(k, m, N, 0, load=load if k == "sn-hot" else None) for k in BASELINE_KINDS]
+    base = [generate(k, m, N, 0, load=load if k == "sn-hot" else None) for k in BASELINE_KINDS if k not in ANY_WORKER_KINDS]
     assert x >= throughput(m, workload, "dense", base, n_records=N_REC).max() * (1 - 1e-9)
 
 

@@ -49,17 +49,17 @@ def cpus_for(spec: Spec) -> list[Cpu]:
 
     POWER numbers the threads of a core consecutively instead (cpu = core * smt + thread)."""
     n_cores = spec.sockets * spec.cores_per_socket
-    cores_per_node = spec.cores_per_socket // spec.nodes_per_socket
-    cores_per_l3 = spec.cores_per_socket // spec.l3_per_socket
     out = []
     for core in range(n_cores):
+        socket, local = divmod(core, spec.cores_per_socket)
+        # a socket whose cores do not divide evenly (23 cores in 2 SNC halves) gives the first
+        # nodes / L3 domains one core more
+        node = socket * spec.nodes_per_socket + local * spec.nodes_per_socket // spec.cores_per_socket
+        l3 = socket * spec.l3_per_socket + local * spec.l3_per_socket // spec.cores_per_socket
         for t in range(spec.smt):
             cpu = core * spec.smt + t if spec.vendor == "ibm" else t * n_cores + core
             first = core * spec.smt if spec.vendor == "ibm" else core
-            out.append(Cpu(
-                cpu=cpu, socket=core // spec.cores_per_socket, node=core // cores_per_node,
-                l3_domain=core // cores_per_l3, core=core, smt_sibling_of=None if t == 0 else first,
-            ))  # fmt: skip
+            out.append(Cpu(cpu=cpu, socket=socket, node=node, l3_domain=l3, core=core, smt_sibling_of=None if t == 0 else first))
     return sorted(out, key=lambda c: c.cpu)
 
 
@@ -137,17 +137,18 @@ SPECS: list[Spec] = [
     ),
     Spec(
         name="intel-skx-4s", vendor="intel", model="Intel Xeon Platinum 8160 4-socket, SNC2 (Skylake-SP)",
-        source="Intel ARK Xeon Platinum 8160; Intel Xeon Scalable platform brief (UPI, SNC); Intel MLC figures",
-        sockets=4, nodes_per_socket=2, l3_per_socket=2, cores_per_socket=24, smt=1,
-        l1d_kib=32, l2_kib=1024, l3_mib=16.5, node_memory_gib=96, mem_bandwidth_gbps=64.0,
+        source="P-MOSS paper §7.1 (4 sockets, 92 cores x 2 threads, SNC on, 2.95 TB); Intel ARK Xeon Platinum 8160; Intel Xeon Scalable platform brief (UPI, SNC); Intel MLC figures",
+        sockets=4, nodes_per_socket=2, l3_per_socket=2, cores_per_socket=23, smt=2,
+        l1d_kib=32, l2_kib=1024, l3_mib=16.5, node_memory_gib=368, mem_bandwidth_gbps=64.0,
         distance_ns=_two_level(8, 2, 80, 88, 140),
         links=[(0, 1, 20.8), (0, 2, 20.8), (0, 3, 20.8), (1, 2, 20.8), (1, 3, 20.8), (2, 3, 20.8)], freq_ghz=2.1,
         notes=[
-            "Xeon Platinum 8160: 24 cores, 33 MiB LLC (1.375 MiB/core), 2.1 GHz, 3 UPI links at 10.4 GT/s",
+            "The paper's server: 4 sockets, 92 cores x 2 threads (SMT on), SNC2, 2.95 TB (P-MOSS §7.1):",
+            "  23 cores per socket, so the SNC halves hold 12 and 11 cores (24 and 22 threads).",
+            "Xeon Platinum 8160 class: 1.375 MiB LLC per core, 2.1 GHz, 3 UPI links at 10.4 GT/s",
             "  (20.8 GB/s per direction), 6 channels DDR4-2666 = 128 GB/s per socket (Intel ARK).",
-            "Sub-NUMA clustering (SNC2): 2 nodes per socket, each 12 cores, 3 channels (64 GB/s) and",
-            "  the LLC slices of its half (16.5 MiB) -> one L3 domain per node.",
-            "SMT off: 12 logical CPUs per node, as in the paper's runs (8 nodes x 12 CPUs).",
+            "Sub-NUMA clustering (SNC2): 2 nodes per socket, 3 channels (64 GB/s) and the LLC slices",
+            "  of its half (16.5 MiB) each -> one L3 domain per node.",
             "4S fully connected with 3 UPI links per socket. Latencies from Intel MLC reports:",
             "  ~80 ns local, ~88 ns other SNC node, ~140 ns one UPI hop.",
         ],

@@ -30,7 +30,7 @@ from pmoss.contracts.snapshot import (
     episode_id,
 )
 from pmoss.contracts.workload import Workload, check_dataset, get_workload
-from pmoss.sim.hardware import HW, Calibration, hw_for
+from pmoss.sim.hardware import HW, Calibration, balanced_kinds, hw_for
 from pmoss.sim.model import Demand, Solution, solve
 from pmoss.sim.placement import (
     Placement,
@@ -121,7 +121,8 @@ def model_run(inp: Inputs, placement: Placement, n_slices: int, first_touch: np.
     insert = inp.workload.mix.insert
     # appended keys are never read back (reads and scans pick loaded keys) and the rightmost leaf
     # is first-touched by the inserting worker itself: no growth term for appends
-    if first_touch is not None and first_touch.any() and insert > 0 and prof.inserts == "hashed":
+    # with NUMA balancing on, os-default's pages follow their accessors whoever touched them first (§5.2)
+    if first_touch is not None and first_touch.any() and insert > 0 and prof.inserts == "hashed" and "os-default" not in balanced_kinds(hw):
         for _ in range(GROWTH_PASSES):
             grown = grown_share(sol.X, insert, inp.window_s, inp.n_records)
             placement = with_first_touch(placement, first_touch, grown)
@@ -255,7 +256,8 @@ def episode_counts(hw: HW, prof: SliceProfile, pl: Placement, sol: Solution, d: 
     sizes = np.cumsum([1, n, F * n, n_off])  # one draw per episode keeps each episode's noise its own
     z = np.stack([r.standard_normal(sizes[-1], dtype=np.float32) for r in rngs]) if rngs else np.zeros((B, sizes[-1]))
     ep, sl = np.exp(NOISE_EPISODE * z[:, :1]), np.exp(NOISE_SLICE * z[:, 1 : sizes[0] + n])  # [B, 1], [B, N]
-    exact = sol.X[:, None] * prof.share[None, :] * window_s * ep * sl  # [B, N] queries, unrounded
+    share = prof.share[None, :] if sol.slice_share is None else sol.slice_share  # completed queries per slice (§10.1)
+    exact = sol.X[:, None] * share * window_s * ep * sl  # [B, N] queries, unrounded
     noise = np.exp(NOISE_COUNTER * z[:, sizes[1] : sizes[2]]).reshape(B, F, n)
     # Miss rates like 1 - hit can round to -1e-8: counts are physical, so clip at zero.
     out = {name: exact * np.maximum(v, 0.0) * noise[:, i] for i, (name, v) in enumerate(per_q.items())}

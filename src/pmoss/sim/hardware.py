@@ -28,6 +28,8 @@ class Uarch:
     stream_mlp: float  # lines in flight for a sequential leaf scan (hardware prefetch)
     tlb_entries: int  # second-level DTLB entries (4 KiB pages)
     l3_victim: bool  # the L3 holds lines evicted from the L2s (mostly exclusive), not copies of them
+    c2c_domain_ns: float = 45.0  # a dirty line from another core of the same L3 domain (§6)
+    c2c_socket_ns: float = 60.0  # ... from a core of another L3 domain of the same socket, same node distance
 
 
 # Sources: Agner Fog's microarchitecture tables, Chips and Cheese (Zen 3, Skylake-SP, Neoverse V2,
@@ -36,14 +38,19 @@ class Uarch:
 # non-inclusive; POWER8's L3 region is a victim cache of its core's L2. Sandy Bridge's L3 is
 # inclusive; Grace's (Neoverse V2 + SCF) is left inclusive for want of a public statement.
 UARCH = {
-    "amd": Uarch(ipc=2.4, l2_cycles=14, l3_cycles=46, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=2048, l3_victim=True),
-    "intel": Uarch(ipc=2.2, l2_cycles=14, l3_cycles=70, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=1536, l3_victim=True),
-    "arm": Uarch(ipc=2.6, l2_cycles=12, l3_cycles=75, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=10, tlb_entries=2048, l3_victim=False),
-    "ibm": Uarch(ipc=1.8, l2_cycles=13, l3_cycles=27, l4_ns=55, smt_beta_compute=0.25, smt_beta_memory=0.08, stream_mlp=8, tlb_entries=2048, l3_victim=True),
+    "amd": Uarch(ipc=2.4, l2_cycles=14, l3_cycles=46, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=2048, l3_victim=True,
+                 c2c_domain_ns=23.0, c2c_socket_ns=95.0),
+    "intel": Uarch(ipc=2.2, l2_cycles=14, l3_cycles=70, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=1536, l3_victim=True,
+                   c2c_domain_ns=50.0, c2c_socket_ns=50.0),
+    "arm": Uarch(ipc=2.6, l2_cycles=12, l3_cycles=75, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=10, tlb_entries=2048, l3_victim=False,
+                 c2c_domain_ns=50.0, c2c_socket_ns=50.0),
+    "ibm": Uarch(ipc=1.8, l2_cycles=13, l3_cycles=27, l4_ns=55, smt_beta_compute=0.25, smt_beta_memory=0.08, stream_mlp=8, tlb_entries=2048, l3_victim=True,
+                 c2c_domain_ns=20.0, c2c_socket_ns=60.0),
     "other": Uarch(ipc=2.0, l2_cycles=14, l3_cycles=50, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=8, tlb_entries=1536, l3_victim=False),
 }
 UARCH_BY_MODEL = {  # substring of Machine.model -> override
-    "E5-46": Uarch(ipc=1.8, l2_cycles=12, l3_cycles=31, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=6, tlb_entries=512, l3_victim=False),
+    "E5-46": Uarch(ipc=1.8, l2_cycles=12, l3_cycles=31, l4_ns=0, smt_beta_compute=0.7, smt_beta_memory=0.25, stream_mlp=6, tlb_entries=512, l3_victim=False,
+                   c2c_domain_ns=45.0, c2c_socket_ns=45.0),
 }
 
 
@@ -94,6 +101,13 @@ class HW:
         return int(self.worker_domain.max()) + 1
 
     @property
+    def core_socket(self) -> np.ndarray:
+        """[C] socket of each physical core (dense core index)."""
+        sock = np.zeros(self.n_cores, dtype=np.int64)
+        sock[self.worker_core] = [self.machine.cpu_by_id[c].socket for c in self.machine.worker_cpus]
+        return sock
+
+    @property
     def l2_ns(self) -> float:
         return self.uarch.l2_cycles / self.machine.freq_ghz
 
@@ -137,6 +151,18 @@ class Calibration:
       `Uarch.stream_mlp`: how far the hardware prefetchers run ahead). Fitted from the rise in
       scan cost with scan length on a tree beyond the private caches, once the instructions per
       key are known from a tree that fits them (`calibration.fit_stream_mlp`).
+    queues: how the runtime's routers hand queries to workers (§10). "bounded" (this project's
+      runtime): a router waits while the chosen worker's queue is full, so the busiest worker
+      thread sets the throughput of the whole query stream. "unbounded" (the P-MOSS paper's
+      prototype: TBB queues without a capacity, routers that never wait): every worker completes
+      queries at its own capacity while a hot worker's backlog grows, and the measured
+      throughput is the sum of the workers' completion rates (`PAPER_RUNTIME`).
+    numa_balancing: the schedule kinds whose pages the kernel's automatic NUMA balancing moves
+      (§5.2; on by default on multi-node Linux hosts): pages without a memory policy drift towards
+      the nodes that access them; interleaved (MPOL_INTERLEAVE) and bound (MPOL_BIND) pages keep
+      their policy. This runtime binds every kind's arena but os-default's; the paper's prototype
+      placed slices with move_pages, which sets no policy, so se-numa's pages drift there too.
+      () models a host with balancing off (sysctl kernel.numa_balancing=0).
     """
 
     ipc: float | None = None
@@ -149,6 +175,8 @@ class Calibration:
     shared_cpus: float | None = None
     l3_share: float | None = None
     stream_mlp: float | None = None
+    queues: str = "bounded"
+    numa_balancing: tuple[str, ...] = ("os-default",)
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -156,6 +184,10 @@ class Calibration:
             raise ValueError(f"Calibration.batch_queries / batch_wait_us: must be >= 1 / >= 0, got {self.batch_queries!r} / {self.batch_wait_us!r}")
         if self.op_ns is not None and (len(self.op_ns) != 4 or not all(np.isfinite(v) for v in self.op_ns)):
             raise ValueError(f"Calibration.op_ns: must be 4 finite ns (read, update, insert, scan), got {self.op_ns!r}")
+        if not set(self.numa_balancing) <= {"os-default", "se-numa"}:
+            raise ValueError(f"Calibration.numa_balancing: only os-default and se-numa leave pages without a policy, got {self.numa_balancing!r}")
+        if self.queues not in ("bounded", "unbounded"):
+            raise ValueError(f"Calibration.queues: must be 'bounded' or 'unbounded', got {self.queues!r}")
         if self.l3_share is not None and not 0 < self.l3_share <= 1:
             raise ValueError(f"Calibration.l3_share: must be in (0, 1], got {self.l3_share!r}")
         positive = ("ipc", "shared_cpus", "stream_mlp")
@@ -163,6 +195,23 @@ class Calibration:
             v = getattr(self, f)
             if v is not None and not (np.isfinite(v) and v >= 0 and (f not in positive or v > 0)):
                 raise ValueError(f"Calibration.{f}: must be finite and {'positive' if f in positive else 'non-negative'}, got {v!r}")
+
+
+# The runtime the P-MOSS paper measured with (its public prototype): per-worker queues without a
+# capacity that routers never wait on, throughput = completions over the run (docs/machine-model.md
+# §10.1). Used to check the machine model against the paper's measurements (pmoss.sim.paper).
+PAPER_RUNTIME = Calibration(queues="unbounded", numa_balancing=("os-default", "se-numa"),
+                            source="P-MOSS prototype: unbounded per-worker queues, routers never wait; NUMA balancing on")
+
+
+DEFAULT_BALANCED = Calibration().numa_balancing  # pool machines without a calibration: this runtime, balancing on
+
+
+def balanced_kinds(hw: HW) -> tuple[str, ...]:
+    """Kinds whose pages NUMA balancing moves on this machine (none on one node: Linux turns it off)."""
+    if hw.n_nodes < 2:
+        return ()
+    return DEFAULT_BALANCED if hw.calibration is None else hw.calibration.numa_balancing
 
 
 def calibrated(hw: HW, cal: Calibration | None) -> HW:
@@ -174,7 +223,29 @@ def calibrated(hw: HW, cal: Calibration | None) -> HW:
     return replace(hw, uarch=uarch, calibration=cal)
 
 
-C2C_FACTOR = 0.8  # a dirty line from another L3 domain costs ~0.8x a memory access at that distance
+C2C_HOP = 1.5  # a dirty line from a remote node: request to its home, snoop, forward (~1.5 memory hops, §6)
+
+
+def c2c_nodes(uarch: Uarch, dist: np.ndarray, node_socket: np.ndarray) -> np.ndarray:
+    """[M, M] transfer of a dirty line between cores of two different L3 domains on nodes m, m'
+    (§6): the on-die transfer inside a socket (NPS/SNC modes split memory, not the coherence
+    fabric), plus 1.5x the extra memory distance across sockets.
+    Sources (core-to-core "bouncing" latency charts of AnandTech's Milan, Skylake-SP and
+    Sandy Bridge-EP reviews; Chips and Cheese): Zen 3 ~23 ns inside a CCX, ~95 ns between CCXs,
+    ~200-230 ns across sockets; Skylake-SP mesh ~50 ns anywhere on the die (SNC halves ~1.1x),
+    ~130-140 ns across UPI."""
+    other = node_socket[:, None] != node_socket[None, :]
+    return uarch.c2c_socket_ns + C2C_HOP * other * (dist - np.diag(dist)[:, None])
+
+
+def core_to_core_ns(hw: HW) -> np.ndarray:
+    """[C, C] latency of moving a dirty line between two physical cores: the in-domain transfer
+    inside one L3 domain, else the transfer between their nodes (hw.c2c_ns)."""
+    core_dom = np.zeros(hw.n_cores, dtype=np.int64)
+    core_node = np.zeros(hw.n_cores, dtype=np.int64)
+    core_dom[hw.worker_core], core_node[hw.worker_core] = hw.worker_domain, hw.worker_node
+    out = hw.c2c_ns[core_node][:, core_node]
+    return np.where(core_dom[:, None] == core_dom[None, :], hw.uarch.c2c_domain_ns, out)
 
 
 _CACHE: dict[int, tuple[Machine, HW]] = {}
@@ -249,10 +320,17 @@ def _build(m: Machine) -> HW:
     return HW(
         machine=m, uarch=uarch_for(m), worker_node=node, worker_domain=domain, worker_core=core, cpu_to_worker=cpu_to_worker,
         workers_per_node=np.bincount(node, minlength=m.numa_nodes), domains_per_node=dom_per_node,
-        dist_ns=dist, c2c_ns=C2C_FACTOR * dist, bw_bytes=np.array(m.mem_bandwidth_gbps) * 1e9,
+        dist_ns=dist, c2c_ns=c2c_nodes(uarch_for(m), dist, _node_socket(m)), bw_bytes=np.array(m.mem_bandwidth_gbps) * 1e9,
         route=route, link_bytes=link_bytes, l2_nodes=m.caches.l2_kib * 1024 / NODE_BYTES,
         l3_nodes=m.caches.l3_mib * 2**20 / NODE_BYTES, l4_nodes=l4, groups=_exec_groups(m, node, domain, core),
     )  # fmt: skip
+
+
+def _node_socket(m: Machine) -> np.ndarray:
+    out = np.zeros(m.numa_nodes, dtype=np.int64)
+    for c in m.cpus:
+        out[c.node] = c.socket
+    return out
 
 
 def _routes(m: Machine) -> tuple[np.ndarray, np.ndarray]:
@@ -269,9 +347,7 @@ def _routes(m: Machine) -> tuple[np.ndarray, np.ndarray]:
                     for i in hop:
                         d = 2 * i if m.links[i].a == u else 2 * i + 1
                         sock_route[a, b, d] += 1.0 / (len(paths) * len(hop))
-    node_socket = np.zeros(m.numa_nodes, dtype=np.int64)
-    for c in m.cpus:
-        node_socket[c.node] = c.socket
+    node_socket = _node_socket(m)
     route = sock_route[node_socket][:, node_socket]  # [M, M, 2L]
     caps = np.repeat([l.gbps * 1e9 for l in m.links], 2) if n_links else np.zeros(0)
     return route, caps

@@ -64,21 +64,21 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
     L1, L2, L3 = (dot(hits[k], leaf_vl) for k in ("h1", "h2", "h3"))  # ... of them in leaves
     total, leaf_total = vl.sum(1), leaf_vl.sum(1)  # [N]
     leaf_miss = np.clip(1 - L3 / np.maximum(leaf_total, 1e-12), 0.0, 1.0)  # [B, N]
-    l2, l3, c2c = _coherence(pl, update + insert, (S1, S2, S3), (L1, L2, L3))
+    l2, l3, sync, c2c, lost_miss = _coherence(pl, update + insert, (S1, S2, S3), (L1, L2, L3), leaf_total)
     followers = scan * prof.scan_followers  # [N] leaves reached through `next`: one dependent line each (§2.3)
-    miss = _pos(total - S3) + followers * leaf_miss  # [B, N] dependent lines leaving the L3
+    miss = _pos(total - S3 - lost_miss) + followers * leaf_miss  # [B, N] dependent lines leaving the L3 for memory
     sv = obj.visits * obj.stream  # [N, C] streamed lines per query (scans' key lines, §2.3)
     stream = sv.sum(1)  # [N]
     T1, T2, T3 = (dot(hits[k], sv) for k in ("s1", "s2", "s3"))  # streamed lines hitting L1 / L2 / L3
     stream_miss = _pos(stream - T3)  # [B, N]
     writes = update + insert * (prof.insert_shift_lines + NODE_LINES / prof.split_every)  # [N]
     mem_lines = miss + stream_miss
-    l4 = dot(hits["h4"] * (1 - hits["h3"]), vl) / np.maximum(miss, 1e-12) if hw.l4_nodes > 0 else np.zeros_like(miss)
+    l4 = np.minimum(dot(hits["h4"] * (1 - hits["h3"]), vl) / np.maximum(miss, 1e-12), 1.0) if hw.l4_nodes > 0 else np.zeros_like(miss)
     dep = miss + stream_miss / hw.uarch.stream_mlp  # latency-paying lines
     c2c_ns = ((pl.E @ hw.c2c_ns) * pl.E).sum(2)  # [B, N] mean transfer within the group
     handoff = HANDOFF_LINES * pl.E @ hw.c2c_ns.mean(0) + pl.shared * c2c_ns  # router + shared queue
     streamed_hits = (_pos(T2 - T1) * hw.l2_ns + _pos(T3 - T2) * hw.l3_ns) / hw.uarch.stream_mlp
-    fixed = (l2 * hw.l2_ns + l3 * hw.l3_ns + c2c * c2c_ns + followers * (1 - leaf_miss) * hw.l3_ns + streamed_hits
+    fixed = (l2 * hw.l2_ns + l3 * hw.l3_ns + sync * hw.uarch.c2c_domain_ns + c2c * c2c_ns + followers * (1 - leaf_miss) * hw.l3_ns + streamed_hits
              + handoff + dep * l4 * hw.uarch.l4_ns)  # fmt: skip
     cal = hw.calibration
     if cal is not None and cal.op_ns is not None:  # measured runtime overhead per query of each op (§14.3)
@@ -108,20 +108,26 @@ def _pos(v: np.ndarray) -> np.ndarray:
     return np.maximum(v, 0.0)  # differences of hit sums: clip float round-off below 0
 
 
-def _coherence(pl: Placement, wfrac: np.ndarray, hits: tuple, leaf_hits: tuple) -> tuple[np.ndarray, ...]:
-    """L2-hit, L3-hit and cache-to-cache lines per query [B, N] once writes by other threads of a
-    shared group invalidate copies: lost L2 copies refill from the L3 (the group's other threads),
-    lost L3 copies come from another domain, plus the lock and RFO lines of each write (§6): from
-    another domain when the last writer ran there (1 - 1/span), from another core's private
-    cache in the same domain at an L3 hit's cost otherwise (1/span - 1/threads).
+def _coherence(pl: Placement, wfrac: np.ndarray, hits: tuple, leaf_hits: tuple, leaf_total: np.ndarray) -> tuple[np.ndarray, ...]:
+    """L2-hit, L3-hit, in-domain transfer and cross-domain transfer lines per query [B, N] once
+    writes by other threads of a shared group invalidate copies: lost L2 copies refill from the L3
+    (the group's other threads), lost L3 copies come from another domain, plus the lock and RFO
+    lines of each write (§6): from another domain when the last writer ran there (1 - 1/span),
+    from another core's private cache in the same domain otherwise (1/span - 1/threads).
+    A leaf line another domain wrote since this core last read it comes from the writer's cache
+    whether this L3 would have kept it or not, so those lines are cross-domain transfers out of the
+    L3 hits and out of the misses alike (the last value: misses that become transfers), and a
+    larger L3 never turns memory reads into transfers.
     hits / leaf_hits: lines hitting L1, L2, L3 (all classes / leaves only)."""
     (S1, S2, S3), (L1, L2, L3) = hits, leaf_hits
     threads = _threads_per_slice(pl)
     l2_lost = wfrac * (1 - 1 / threads) * (L2 - L1)
     l3_lost = wfrac * (1 - 1 / pl.span)
     l2 = _pos(S2 - S1 - l2_lost)
-    l3 = _pos(S3 - S2 + l2_lost - l3_lost * (L3 - L1)) + WRITE_SYNC_LINES * wfrac * _pos(1 / pl.span - 1 / threads)
-    return l2, l3, l3_lost * (_pos(L3 - L1) + WRITE_SYNC_LINES)
+    l3 = _pos(S3 - S2 + l2_lost - l3_lost * (L3 - L1))
+    sync = WRITE_SYNC_LINES * wfrac * _pos(1 / pl.span - 1 / threads)  # from another core of the same domain
+    lost_miss = l3_lost * _pos(leaf_total - L3)
+    return l2, l3, sync, l3_lost * (_pos(leaf_total - L1) + WRITE_SYNC_LINES), lost_miss
 
 
 def _threads_per_slice(pl: Placement) -> np.ndarray:
@@ -165,6 +171,7 @@ class Solution:
     local_share: np.ndarray  # [B, N] share of the slice's memory lines on the executing node
     smt_slowdown: np.ndarray  # [B, N] how much sibling threads stretch the slice's queries
     bound: np.ndarray  # [B] what saturates: 0 a worker thread, 1 the routers, 2 memory or a link
+    slice_share: np.ndarray | None = None  # [B, N] share of the completed queries per slice (None: the offered shares)
 
 
 def queue_factor(rho: np.ndarray) -> np.ndarray:
@@ -180,12 +187,13 @@ class _Loads:
     slices) spread over its threads by hw.groups.member [G+1, W] (1/|g| per member), so groups
     of different slices may overlap (a thread serves its own slices and wider groups' shares)."""
 
-    def __init__(self, hw: HW, prof: SliceProfile, pl: Placement, d: Demand):
+    def __init__(self, hw: HW, prof: SliceProfile, pl: Placement, d: Demand, done: np.ndarray | None = None):
         B = pl.exec_group.shape[0]
         M = hw.n_nodes
         member = hw.groups.member  # [Gx, W]
         Gx = member.shape[0]
-        p = prof.share[None, :, None]  # [1, N, 1]
+        # done [B, N]: share of each slice's offered queries that complete (unbounded queues, §10.1)
+        p = (prof.share[None, :] * (1.0 if done is None else done))[..., None]  # [B or 1, N, 1]
         rd = (p * d.read_lines[..., None] * LINE * pl.E).transpose(0, 2, 1) @ pl.P  # [B, Mcore, Mmem]
         wr = (p * d.wb_lines[..., None] * LINE * pl.E).transpose(0, 2, 1) @ pl.P
         self.node_read, self.node_write = rd.sum(1), wr.sum(1)  # [B, M]
@@ -198,7 +206,7 @@ class _Loads:
         per_thread = lambda v: self.per_group(prof.share * v) @ member  # [B, W] ns per workload query
         self.comp, self.fixed = per_thread(d.comp_ns), per_thread(d.fixed_ns)
         # memory-latency weight per group and (core node, memory node) pair: [B, Gx, M*M]
-        ep = (prof.share[None, :, None, None] * d.mem_dep[..., None, None] * pl.E[..., :, None] * pl.P[..., None, :])
+        ep = (p[..., None] * d.mem_dep[..., None, None] * pl.E[..., :, None] * pl.P[..., None, :])
         ekey = (key.reshape(B, -1)[..., None] * M * M + np.arange(M * M)).ravel()
         self.mem_g = np.bincount(ekey, ep.ravel(), B * Gx * M * M).reshape(B, Gx, M * M)
         self.member = member
@@ -272,10 +280,53 @@ def _pressure(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def solve(hw: HW, prof: SliceProfile, pl: Placement) -> tuple[Solution, Demand]:
-    """Largest X with every resource at utilisation <= 1 (§10)."""
+    """Largest X with every resource at utilisation <= 1 (§10), or with unbounded queues the sum
+    of the workers' completion rates (§10.1)."""
     d = demand(hw, prof, pl, hit_rates(hw, prof, pl))
     ld = _Loads(hw, prof, pl, d)
+    if hw.calibration is not None and hw.calibration.queues == "unbounded":
+        return _open_solution(hw, prof, pl, d, ld), d
     return _solution(hw, pl, d, ld, largest_feasible(hw, ld)), d
+
+
+OPEN_PASSES = 24  # damped fixed-point passes: completion -> traffic -> latency -> completion (§10.1)
+
+
+def _open_solution(hw: HW, prof: SliceProfile, pl: Placement, d: Demand, ld: _Loads) -> Solution:
+    """Unbounded queues (§10.1): routers offer queries at their full rate lam and never wait; worker w
+    would need utilisation u_w to serve all it is offered and completes the share f_w = min(1, 1/u_w);
+    a slice's queries complete at the mean f of its group's members. Memory traffic follows the
+    completed queries, so latency, u and f are solved as a damped fixed point."""
+    cal = hw.calibration
+    route_ns = ROUTE_NS if cal is None or cal.route_ns is None else cal.route_ns
+    B = pl.exec_group.shape[0]
+    lam = np.full(B, hw.n_nodes / (route_ns * 1e-9))  # one router per node, each at full speed
+    member = hw.groups.member  # [Gx, W], 1/|g| per member
+    log_f = np.zeros((B, hw.n_workers))
+    for i in range(OPEN_PASSES):
+        f_w = np.exp(log_f)
+        done = np.take_along_axis(f_w @ member.T, pl.exec_group, axis=1)  # [B, N] mean over the group
+        lat, _, _ = loaded_latency(hw, _Loads(hw, prof, pl, d, done), lam)
+        u = thread_util(hw, ld, lat, lam)
+        target = -np.log(np.maximum(u, 1.0))
+        log_f = target if i == 0 else 0.5 * (log_f + target)
+    f_w = np.exp(log_f)
+    done = np.take_along_axis(f_w @ member.T, pl.exec_group, axis=1)
+    completed = done * prof.share  # [B, N] per offered query
+    X = lam * completed.sum(1)
+    ldc = _Loads(hw, prof, pl, d, done)
+    lat, rho_mem, rho_link = loaded_latency(hw, ldc, lam)
+    util = thread_util(hw, ld, lat, lam)
+    base = (ld.comp + ld.fixed + ld.mem_thread(lat)) * lam[:, None] * 1e-9
+    per_query = (lam / X)[:, None]  # traffic per completed query
+    return Solution(
+        X=X, t_ns=d.comp_ns + d.fixed_ns + d.mem_dep * np.einsum("bnm,bmk,bnk->bn", pl.E, lat, pl.P),
+        mem_ns=np.einsum("bnm,bmk,bnk->bn", pl.E, lat, pl.P), thread_util=np.minimum(util, 1.0), rho_mem=rho_mem,
+        rho_link=rho_link, node_read_bytes=ldc.node_read * per_query, node_write_bytes=ldc.node_write * per_query,
+        link_bytes=ldc.link * per_query, local_share=ld.local,
+        smt_slowdown=_group_mean(hw, pl, util / np.maximum(base, 1e-300), base > 0), bound=np.zeros(B, dtype=np.int64),
+        slice_share=completed / completed.sum(1, keepdims=True),
+    )  # fmt: skip
 
 
 def largest_feasible(hw: HW, ld: _Loads) -> np.ndarray:

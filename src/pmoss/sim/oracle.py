@@ -30,7 +30,7 @@ from pmoss.contracts.policies import generate
 from pmoss.contracts.schedule import LOAD_CAP, Kind, Schedule
 from pmoss.contracts.workload import Workload
 from pmoss.sim.episode import Inputs, SimInputError, model_run, resolve
-from pmoss.sim.hardware import HW, hw_for
+from pmoss.sim.hardware import HW, Calibration, hw_for
 from pmoss.sim.placement import from_groups
 from pmoss.sim.profile import load_share
 
@@ -52,19 +52,21 @@ def budget_for(machine: Machine) -> int:
 
 
 def oracle(machine: Machine | str, workload: Workload | str, dataset: str, n_slices: int, *, seed: int,
-           budget: int | None = None, n_records: int = 10_000_000, space: Space = "group") -> tuple[Schedule, float]:
+           budget: int | None = None, n_records: int = 10_000_000, space: Space = "group",
+           calibration: Calibration | None = None) -> tuple[Schedule, float]:
     """(best schedule found, its noise-free throughput in queries/s) within `budget` model evaluations
     (None: `budget_for(machine)`)."""
-    path = trajectory(machine, workload, dataset, n_slices, seed=seed, budgets=[budget] if budget else None, n_records=n_records, space=space)
+    path = trajectory(machine, workload, dataset, n_slices, seed=seed, budgets=[budget] if budget else None, n_records=n_records, space=space,
+                      calibration=calibration)
     return path[-1]
 
 
 def trajectory(machine: Machine | str, workload: Workload | str, dataset: str, n_slices: int, *, seed: int,
                budgets: list[int] | None = None, n_records: int = 10_000_000, space: Space = "group",
-               kind: Kind = "learned") -> list[tuple[Schedule, float]]:  # fmt: skip
+               kind: Kind = "learned", calibration: Calibration | None = None) -> list[tuple[Schedule, float]]:  # fmt: skip
     """The best schedule found after each of `budgets` evaluations (ascending; one search, read at
     several points), each with its noise-free throughput. Provenance names the generator and budget."""
-    inp = resolve(machine, workload, dataset, n_records, 1.0)
+    inp = resolve(machine, workload, dataset, n_records, 1.0, calibration)
     budgets = sorted(budgets or [budget_for(inp.machine)])
     hw = hw_for(inp.machine)
     rng = np.random.default_rng(seed)
@@ -123,7 +125,7 @@ def _schedule(inp: Inputs, groups: np.ndarray, kind: Kind, seed: int, budget: in
 
 
 def _score(inp: Inputs, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    _, _, sol, _ = model_run(inp, from_groups(hw_for(inp.machine), groups), groups.shape[1])
+    _, _, sol, _ = model_run(inp, from_groups(hw_for(inp.machine, inp.calibration), groups), groups.shape[1])
     return sol.X, sol.thread_util
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pmoss.contracts.schedule import ANY_WORKER_KINDS, ONE_CORE_KINDS, Schedule
-from pmoss.sim.hardware import HW
+from pmoss.sim.hardware import HW, balanced_kinds
 
 LOADER_NODE = 0  # os-default: one loader thread first-touches every bulk-loaded page, on node 0
 
@@ -90,7 +90,19 @@ def from_schedules(hw: HW, schedules: list[Schedule], actions: list[np.ndarray |
                 P[b] = 1.0 / M
             elif s.kind == "se-numa":
                 P[b] = np.eye(M)[np.asarray(s.node)]
+            if s.kind in balanced_kinds(hw):
+                P[b] = balanced(hw.groups.E[groups[b]])
     return from_groups(hw, groups, P)
+
+
+def balanced(E: np.ndarray) -> np.ndarray:
+    """Where automatic NUMA balancing leaves a page accessed from nodes in proportions E [..., M]
+    (§5.2): Linux migrates a page to the node of a hinting fault only when the previous fault on it
+    came from the same node (the two-fault filter of should_numa_migrate_memory), so a page moves
+    to node m at a rate proportional to E_m^2 and spends that share of the time there. Pages
+    accessed from one node go there; pages every node reads spread over them."""
+    sq = E**2
+    return sq / sq.sum(-1, keepdims=True)
 
 
 def _groups(hw: HW, s: Schedule, actions: np.ndarray | None) -> np.ndarray:
