@@ -16,11 +16,15 @@
  *
  * Built against the hooked runtime objects: olc_delay.h widens the tree's
  * OLC windows at random (PMOSS_STRESS_DELAYS=0: off), so a race in them
- * shows in a short run. Skips (77) on a host with fewer than 2 workers. */
+ * shows in a short run. Skips (77) on a host with fewer than 2 workers.
+ *
+ * Usage: test_runtime_shared_mt [SECONDS]  (per mix; default:
+ * $PMOSS_STRESS_SECONDS, else 0.6; `make bench` runs it longer). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -31,7 +35,7 @@
 #define N_KEYS 20000
 #define N_SLICES 8
 #define MAX_STREAMS 64 /* workload.c: insert keys n + stream + 64 k */
-#define SECONDS_PER_MIX 0.6
+#define SECONDS_PER_MIX 0.6 /* default */
 
 static void sleep_ms(long ms)
 {
@@ -73,10 +77,11 @@ static pm_schedule *rotation(pm_runtime *rt, unsigned k)
 /* After the run: the inserted keys of every stream form a prefix with no gap. */
 static uint64_t check_inserts(pm_runtime *rt, const char *mix)
 {
-    static uint64_t got[4u << 20];
-    size_t n_got;
-    CHECK_EQ(pm_runtime_scan(rt, N_KEYS, sizeof got / sizeof got[0], got, NULL, &n_got), 0);
-    CHECK(n_got < sizeof got / sizeof got[0]);
+    size_t cap = pm_runtime_n_keys(rt) + 1, n_got; /* + 1: a scan that fills it is wrong */
+    uint64_t *got = malloc(cap * sizeof *got);
+    CHECK(got != NULL);
+    CHECK_EQ(pm_runtime_scan(rt, N_KEYS, cap, got, NULL, &n_got), 0);
+    CHECK(n_got < cap);
     uint64_t m[MAX_STREAMS] = {0}; /* per stream: 1 + the largest k present */
     for (size_t i = 0; i < n_got; i++) {
         if (i > 0 && got[i] <= got[i - 1]) {
@@ -101,6 +106,7 @@ static uint64_t check_inserts(pm_runtime *rt, const char *mix)
         }
         total += m[s];
     }
+    free(got);
     if (n_got != total) {
         fprintf(stderr, "%s: a full scan returned %zu inserted keys, lookups found %llu\n", mix,
                 n_got, (unsigned long long)total);
@@ -115,7 +121,7 @@ static uint64_t check_inserts(pm_runtime *rt, const char *mix)
     return total;
 }
 
-static int run_mix(const char *mix)
+static int run_mix(const char *mix, double seconds)
 {
     pm_runtime_config cfg;
     pm_runtime_config_init(&cfg);
@@ -136,7 +142,7 @@ static int run_mix(const char *mix)
     CHECK_EQ(pm_runtime_start(rt, &spec, err, sizeof err), 0);
     double t0 = pm_now();
     unsigned swaps = 0;
-    while (pm_now() - t0 < SECONDS_PER_MIX) {
+    while (pm_now() - t0 < seconds) {
         pm_schedule *s = rotation(rt, swaps);
         if (pm_runtime_set_schedule(rt, s, NULL, err, sizeof err) != 0) {
             fprintf(stderr, "%s: schedule %u refused: %s\n", mix, swaps, err);
@@ -157,12 +163,18 @@ static int run_mix(const char *mix)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const char *arg = argc > 1 ? argv[1] : getenv("PMOSS_STRESS_SECONDS");
+    double seconds = arg ? strtod(arg, NULL) : SECONDS_PER_MIX;
+    if (!(seconds > 0)) {
+        fprintf(stderr, "usage: test_runtime_shared_mt [SECONDS > 0]\n");
+        return 2;
+    }
     bool delays = olc_delay_install();
     static const char *const mixes[] = {"ycsb-d", "rsi-20-30-50"};
     for (unsigned i = 0; i < 2; i++) {
-        int rc = run_mix(mixes[i]);
+        int rc = run_mix(mixes[i], seconds);
         if (rc)
             return rc;
     }
