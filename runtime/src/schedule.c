@@ -337,6 +337,7 @@ int pm_schedule_parse_json(const char *text, size_t len, pm_schedule **out, char
         pm_errf(err, err_len, "schedule JSON: %s", msg);
     return rc;
 }
+
 /* Read all of fd (a regular file of st_size bytes when opened; it may have
  * grown since) into a malloc'ed buffer, refusing more than
  * PM_SCHEDULE_FILE_MAX bytes. Returns 0 with *buf / *len, or -errno. */
@@ -387,37 +388,37 @@ int pm_schedule_load_file(const char *path, pm_schedule **out, char *err, size_t
         pm_errf(err, err_len, "%s: %s", path, strerror(e));
         return -e;
     }
-    struct stat st;
-    int rc = fstat(fd, &st) == 0 ? 0 : -errno;
     const unsigned max_mib = PM_SCHEDULE_FILE_MAX >> 20;
+    struct stat st;
     char *buf = NULL;
     size_t n = 0;
-    if (rc) {
-        pm_errf(err, err_len, "%s: %s", path, strerror(-rc));
-    } else if (!S_ISREG(st.st_mode)) {
+    int rc = fstat(fd, &st) == 0 ? 0 : -errno;
+    if (rc == 0 && !S_ISREG(st.st_mode)) {
         /* a device, FIFO or socket may never end (/dev/zero) or never start */
         rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
         pm_errf(err, err_len,
                 "%s: not a regular file; a schedule is read only from a regular file of at "
                 "most %u MiB",
                 path, max_mib);
-    } else if (st.st_size > (off_t)PM_SCHEDULE_FILE_MAX ||
-               (rc = read_bounded(fd, st.st_size, &buf, &n)) == -EFBIG) {
-        rc = -EFBIG;
-        pm_errf(err, err_len, "%s: larger than %u MiB, the most a schedule file may hold",
-                path, max_mib);
-    } else if (rc == -ENOMEM) {
-        pm_errf(err, err_len, "%s: out of memory reading it", path);
-    } else if (rc) {
-        pm_errf(err, err_len, "%s: read error: %s", path, strerror(-rc));
+    } else if (rc == 0) {
+        rc = st.st_size > (off_t)PM_SCHEDULE_FILE_MAX ? -EFBIG
+                                                      : read_bounded(fd, st.st_size, &buf, &n);
+        if (rc == -EFBIG)
+            pm_errf(err, err_len, "%s: larger than %u MiB, the most a schedule file may hold",
+                    path, max_mib);
+        else if (rc)
+            pm_errf(err, err_len, "%s: %s", path, strerror(-rc));
     } else {
+        pm_errf(err, err_len, "%s: %s", path, strerror(-rc));
+    }
+    close(fd);
+    if (rc == 0) {
         char msg[300];
         rc = pm_schedule_parse_json(buf, n, out, msg, sizeof msg);
         if (rc)
             pm_errf(err, err_len, "%s: %s", path, msg);
     }
     free(buf);
-    close(fd);
     return rc;
 }
 
