@@ -86,6 +86,9 @@ test-py:
 	$(VENV)/bin/pytest -q -m "slow and ci"
 
 bench: apt-test setup  ## every benchmark; JSON records land in benchmarks/results/
+	@# the concurrency stresses of docs/concurrency.md, longer than ctest runs them (2 s, 0.6 s a mix)
+	$(BUILD)/runtime/test_tree_stress_mt 60
+	$(BUILD)/runtime/test_runtime_shared_mt 15
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
 	$(PY) benchmarks/report.py
 

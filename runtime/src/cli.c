@@ -46,6 +46,7 @@ static const char usage[] =
     "                         (default " PM_STR(PM_PROBE_PERIOD_US_DEFAULT) "; 0: every batch, exact totals)\n"
     "schedule:\n"
     "  --schedule FILE        schedule JSON (docs/contracts.md, schema version 1 or 2:\n"
+    "                         a regular file of at most 64 MiB, read before the keys load;\n"
     "                         per slice a node and an execution group, width thread,\n"
     "                         core, l3 or node: --show-topology lists each worker's\n"
     "                         node, core and L3 domain); default os-default\n"
@@ -139,14 +140,23 @@ static void print_latency(const char *what, const pm_latency_summary *l)
            l->mean_ns / 1e3);
 }
 
-static int load_and_set(pm_runtime *rt, const char *path, const char *when)
+/* Read a schedule file, or print why not (one line naming the file) and
+ * return NULL. main reads both files before the runtime loads its keys, so
+ * a bad --switch-schedule fails at once instead of mid-run. */
+static pm_schedule *load_schedule(const char *path)
 {
     char err[512];
     pm_schedule *s;
     if (pm_schedule_load_file(path, &s, err, sizeof err) != 0) {
         fprintf(stderr, "pmoss-runtime: %s\n", err);
-        return 1;
+        return NULL;
     }
+    return s;
+}
+
+static int set_schedule(pm_runtime *rt, const pm_schedule *s, const char *path, const char *when)
+{
+    char err[512];
     pm_migration_report rep;
     int rc = pm_runtime_set_schedule(rt, s, &rep, err, sizeof err);
     if (rc == 0)
@@ -158,7 +168,6 @@ static int load_and_set(pm_runtime *rt, const char *path, const char *when)
                rep.seconds);
     else
         fprintf(stderr, "pmoss-runtime: %s: rejected, previous schedule kept: %s\n", path, err);
-    pm_schedule_destroy(s);
     return rc != 0;
 }
 
@@ -301,11 +310,19 @@ int main(int argc, char **argv)
         return 2;
     }
 #endif
+    pm_schedule *first = NULL, *second = NULL;
+    if ((sched && !(first = load_schedule(sched))) ||
+        (switch_sched && !(second = load_schedule(switch_sched)))) {
+        pm_schedule_destroy(first);
+        return 1;
+    }
     char err[512];
     pm_runtime *rt;
     int rc = pm_runtime_create(&cfg, &rt, err, sizeof err);
     if (rc) {
         fprintf(stderr, "pmoss-runtime: %s\n", err);
+        pm_schedule_destroy(first);
+        pm_schedule_destroy(second);
         return 1;
     }
     if (show_topo) {
@@ -326,15 +343,17 @@ int main(int argc, char **argv)
                pmu.model ? pmu.model : "unknown", pmu.hardware_events, pmu.reason);
 #endif
         pm_runtime_destroy(rt);
+        pm_schedule_destroy(first);
+        pm_schedule_destroy(second);
         return 0;
     }
-    if (sched && load_and_set(rt, sched, "enforced before the run")) {
+    if ((first && set_schedule(rt, first, sched, "enforced before the run")) ||
+        (rc = pm_runtime_start(rt, &spec, err, sizeof err)) != 0) {
+        if (rc)
+            fprintf(stderr, "pmoss-runtime: %s\n", err);
         pm_runtime_destroy(rt);
-        return 1;
-    }
-    if ((rc = pm_runtime_start(rt, &spec, err, sizeof err)) != 0) {
-        fprintf(stderr, "pmoss-runtime: %s\n", err);
-        pm_runtime_destroy(rt);
+        pm_schedule_destroy(first);
+        pm_schedule_destroy(second);
         return 1;
     }
     int status = 0;
@@ -348,7 +367,7 @@ int main(int argc, char **argv)
         char when[64];
         snprintf(when, sizeof when, "enforced at %.3f s", switch_at);
         pm_runtime_latency(rt, &lat_before);
-        status = load_and_set(rt, switch_sched, when);
+        status = set_schedule(rt, second, switch_sched, when);
         pm_runtime_latency(rt, &lat_during);
         sleep_s(seconds - switch_at);
     } else {
@@ -400,5 +419,7 @@ int main(int argc, char **argv)
         print_offcore(rt);
     free(q);
     pm_runtime_destroy(rt);
+    pm_schedule_destroy(first);
+    pm_schedule_destroy(second);
     return status;
 }

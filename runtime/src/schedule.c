@@ -1,13 +1,17 @@
 /* Schedules: kinds, widths, construction, the strict JSON reader for the
  * schedule contract (DESIGN §4.2, docs/contracts.md schema version 2; JSON
  * syntax through jansson) and validation against a machine topology. */
+#define _GNU_SOURCE /* open flags, fstat */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -333,43 +337,88 @@ int pm_schedule_parse_json(const char *text, size_t len, pm_schedule **out, char
         pm_errf(err, err_len, "schedule JSON: %s", msg);
     return rc;
 }
+
+/* Read all of fd (a regular file of st_size bytes when opened; it may have
+ * grown since) into a malloc'ed buffer, refusing more than
+ * PM_SCHEDULE_FILE_MAX bytes. Returns 0 with *buf / *len, or -errno. */
+static int read_bounded(int fd, off_t st_size, char **buf, size_t *len)
+{
+    size_t cap = (size_t)st_size + 1, n = 0; /* + 1: to see EOF without a second pass */
+    char *b = malloc(cap);
+    for (;;) {
+        if (!b)
+            return -ENOMEM;
+        if (n == cap) {
+            if (cap > PM_SCHEDULE_FILE_MAX) {
+                free(b);
+                return -EFBIG;
+            }
+            cap = cap * 2 > (size_t)PM_SCHEDULE_FILE_MAX + 1 ? (size_t)PM_SCHEDULE_FILE_MAX + 1
+                                                             : cap * 2;
+            char *g = realloc(b, cap);
+            if (!g)
+                free(b);
+            b = g;
+            continue;
+        }
+        ssize_t r = read(fd, b + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            free(b);
+            return -e;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
 int pm_schedule_load_file(const char *path, pm_schedule **out, char *err, size_t err_len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+     * writer, forever; it is refused below without a read. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         int e = errno;
         pm_errf(err, err_len, "%s: %s", path, strerror(e));
         return -e;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    int rc = 0;
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        char *b = realloc(buf, cap * 2);
-        if (!b) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = b;
-        cap *= 2;
-    }
-    if (!buf) {
-        rc = -ENOMEM;
-    } else if (ferror(f)) {
-        rc = -EIO;
-        pm_errf(err, err_len, "%s: read error", path);
+    const unsigned max_mib = PM_SCHEDULE_FILE_MAX >> 20;
+    struct stat st;
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = fstat(fd, &st) == 0 ? 0 : -errno;
+    if (rc == 0 && !S_ISREG(st.st_mode)) {
+        /* a device, FIFO or socket may never end (/dev/zero) or never start */
+        rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+        pm_errf(err, err_len,
+                "%s: not a regular file; a schedule is read only from a regular file of at "
+                "most %u MiB",
+                path, max_mib);
+    } else if (rc == 0) {
+        rc = st.st_size > (off_t)PM_SCHEDULE_FILE_MAX ? -EFBIG
+                                                      : read_bounded(fd, st.st_size, &buf, &n);
+        if (rc == -EFBIG)
+            pm_errf(err, err_len, "%s: larger than %u MiB, the most a schedule file may hold",
+                    path, max_mib);
+        else if (rc)
+            pm_errf(err, err_len, "%s: %s", path, strerror(-rc));
     } else {
+        pm_errf(err, err_len, "%s: %s", path, strerror(-rc));
+    }
+    close(fd);
+    if (rc == 0) {
         char msg[300];
         rc = pm_schedule_parse_json(buf, n, out, msg, sizeof msg);
         if (rc)
             pm_errf(err, err_len, "%s: %s", path, msg);
     }
     free(buf);
-    fclose(f);
     return rc;
 }
 

@@ -24,7 +24,13 @@
  *
  * Scans use right-sibling links between leaves (B-link): since a split only
  * moves keys to a new right sibling, following the links from any leaf
- * reaches every larger key. */
+ * reaches every larger key.
+ *
+ * Test hooks. Built with -DPMOSS_OLC_HOOKS (a test-only copy of these
+ * objects, never libpmoss), OLC_HOOK calls the hook installed by
+ * pm_olc_set_hook at each window between a read and its validation, so a
+ * test can stop a thread there while another one splits or inserts
+ * (olc_hooks.h names the windows). Otherwise OLC_HOOK compiles to nothing. */
 #include <errno.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -32,6 +38,26 @@
 #include <string.h>
 
 #include "internal.h"
+
+#ifdef PMOSS_OLC_HOOKS
+#include "olc_hooks.h"
+static pm_olc_hook_fn olc_hook_fn;
+static void *olc_hook_arg;
+
+void pm_olc_set_hook(pm_olc_hook_fn fn, void *arg)
+{
+    olc_hook_fn = fn;
+    olc_hook_arg = arg;
+}
+
+#define OLC_HOOK(point, info)                              \
+    do {                                                   \
+        if (olc_hook_fn)                                   \
+            olc_hook_fn((point), (info), olc_hook_arg);    \
+    } while (0)
+#else
+#define OLC_HOOK(point, info) ((void)0)
+#endif
 
 #define OLC_OBSOLETE ((uint64_t)1)
 #define OLC_LOCKED ((uint64_t)2)
@@ -126,6 +152,7 @@ static inline void olc_write_unlock(node *n)
  * hammering a node its writer is still changing. */
 static inline void backoff(unsigned *attempt)
 {
+    OLC_HOOK(PM_OLC_RESTART, 0);
     if (++*attempt > 8)
         sched_yield();
 }
@@ -223,7 +250,8 @@ void pm_tree_destroy(pm_tree *t)
 /* ---- traversal: root to leaf, written once ---- */
 
 /* Descend to the leaf for key. Returns the leaf read-locked at *version, or
- * NULL after setting *restart. With parent/pversion non-NULL (writers) the
+ * NULL after setting *restart. The leaf's parent is re-checked after the
+ * leaf's version was read, so at *version the leaf's key range held key. With parent/pversion non-NULL (writers) the
  * leaf's parent and its version are returned too, and full inner nodes on
  * the way are split first (so a leaf split always finds room above);
  * *split_rc then carries -ENOMEM if such a split could not allocate. */
@@ -243,6 +271,7 @@ static node *descend(pm_tree *t, uint64_t key, uint64_t *version, node **parent,
     uint64_t visited = 1;
     while (!n->leaf) {
         if (parent && LD(&n->count) == INNER_KEYS) {
+            OLC_HOOK(PM_OLC_SPLIT_INNER, 0);
             int rc = split_inner(t, n, v, p, pv);
             if (rc == -ENOMEM)
                 *split_rc = rc;
@@ -260,11 +289,23 @@ static node *descend(pm_tree *t, uint64_t key, uint64_t *version, node **parent,
         olc_check_or_restart(n, v, restart); /* c is a real child of n */
         if (*restart)
             break;
+        OLC_HOOK(PM_OLC_DESCEND_CHILD, (unsigned)visited);
         v = olc_read_lock_or_restart(c, restart);
         visited++;
         if (*restart)
             break;
         n = c;
+    }
+    /* The loop re-checks each inner node's parent only on the next
+     * iteration, so the leaf's parent is still unchecked: the leaf may have
+     * split between the check of p and the read of v above, and then holds
+     * only the left half of the keys p routed here (a lookup would miss a
+     * key that moved right; a write would put the key into the wrong leaf,
+     * invisible to every later lookup). Leis et al. check it here too. */
+    if (!*restart) {
+        OLC_HOOK(PM_OLC_DESCEND_LEAF, 0);
+        if (p)
+            olc_check_or_restart(p, pv, restart);
     }
     if (st)
         st->nodes_visited += visited;
@@ -361,6 +402,7 @@ static int split_inner(pm_tree *t, node *n, uint64_t v, node *parent, uint64_t p
     set_kid(right, rc, kid(n, c));
     ST(&right->count, rc);
     ST(&n->count, mid);
+    OLC_HOOK(PM_OLC_PARENT_UPDATE, 0);
     link_sibling(t, parent, n, sep, right, new_root);
     unlock_pair(n, parent);
     return 0;
@@ -384,6 +426,7 @@ static int split_leaf(pm_tree *t, node *n, uint64_t v, node *parent, uint64_t pv
     ST(&right->next, LD(&n->next));
     ST(&n->next, right);
     ST(&n->count, mid);
+    OLC_HOOK(PM_OLC_PARENT_UPDATE, 1);
     link_sibling(t, parent, n, LD(&leaf_keys(right)[0]), right, new_root);
     unlock_pair(n, parent);
     return 0;
@@ -436,11 +479,13 @@ static int write_key(pm_tree *t, uint64_t key, uint64_t value, bool insert_new, 
             return -ENOENT;
         }
         if (!exists && c == t->leaf_cap) {
+            OLC_HOOK(PM_OLC_SPLIT_LEAF, 0);
             int rc = split_leaf(t, leaf, v, parent, pv);
             if (rc)
                 return rc;
             continue;
         }
+        OLC_HOOK(PM_OLC_LEAF_UPGRADE, 0);
         olc_upgrade_or_restart(leaf, v, &restart);
         if (restart)
             continue;
@@ -513,6 +558,7 @@ int pm_tree_scan(pm_tree *t, uint64_t start, size_t max, uint64_t *keys, uint64_
                 if (take > 0)
                     start = last + 1;
                 leaf = next;
+                OLC_HOOK(PM_OLC_SCAN_HOP, 0);
                 if (st)
                     st->nodes_visited++;
             }

@@ -1,6 +1,13 @@
-/* Schedule JSON parsing and validation, including malformed inputs. */
+/* Schedule JSON parsing and validation, including malformed inputs, and
+ * which files pm_schedule_load_file reads. */
+#define _GNU_SOURCE /* mkdtemp, mkfifo, ftruncate */
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "internal.h"
@@ -322,8 +329,61 @@ static void test_validate_groups(void)
     }
 }
 
+/* Load path expecting rc; the message names the file and, for refusals, the
+ * limit. */
+static void expect_load(const char *path, int rc, const char *msg)
+{
+    pm_schedule *s = NULL;
+    char err[512] = "";
+    int got = pm_schedule_load_file(path, &s, err, sizeof err);
+    if (got != rc || (msg && (strstr(err, msg) == NULL || strstr(err, path) != err))) {
+        fprintf(stderr, "load %s: rc %d (expected %d), message \"%s\" (expected %s)\n", path,
+                got, rc, err, msg ? msg : "-");
+        exit(1);
+    }
+    if (rc == 0)
+        pm_schedule_destroy(s);
+    else
+        CHECK(s == NULL);
+}
+
+/* Only regular files up to PM_SCHEDULE_FILE_MAX are read; a FIFO or a
+ * device is refused at once (before #42 /dev/zero filled memory and a FIFO
+ * blocked forever: the alarm turns a hang into a failure). */
+static void test_load_file(void)
+{
+    char dir[] = "/tmp/pmoss-test-schedule-XXXXXX", path[128];
+    CHECK(mkdtemp(dir) != NULL);
+    alarm(10);
+    /* a valid file, at the limit: padded with whitespace after the document */
+    snprintf(path, sizeof path, "%s/ok.json", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("{\"schema_version\":1,\"machine\":\"m\",\"n_slices\":1,\"kind\":\"os-default\","
+          "\"node\":[-1],\"core\":[-1]}",
+          f);
+    CHECK(fclose(f) == 0);
+    expect_load(path, 0, NULL);
+    CHECK(truncate(path, PM_SCHEDULE_FILE_MAX) == 0); /* sparse: zero bytes after the JSON */
+    expect_load(path, -EINVAL, "schedule JSON");     /* read whole, then refused as JSON */
+    CHECK(truncate(path, (off_t)PM_SCHEDULE_FILE_MAX + 1) == 0);
+    expect_load(path, -EFBIG, "larger than 64 MiB");
+    unlink(path);
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    CHECK(mkfifo(path, 0600) == 0);
+    expect_load(path, -EINVAL, "not a regular file; a schedule is read only from a regular file "
+                               "of at most 64 MiB");
+    unlink(path);
+    expect_load("/dev/zero", -EINVAL, "not a regular file");
+    expect_load(dir, -EISDIR, "not a regular file");
+    expect_load("/nonexistent/s.json", -ENOENT, "No such file");
+    alarm(0);
+    CHECK(rmdir(dir) == 0);
+}
+
 int main(void)
 {
+    test_load_file();
     test_parse();
     test_parse_v2();
     test_validate();

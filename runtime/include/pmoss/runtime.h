@@ -191,8 +191,19 @@ int pm_schedule_create(pm_schedule_kind kind, unsigned n_slices, const int *node
 int pm_schedule_parse_json(const char *text, size_t len, pm_schedule **out,
                            char *err, size_t err_len);
 
-/* Read and parse a schedule file (as pm_schedule_parse_json; -errno of the
- * read on I/O failure). */
+/* Largest schedule file pm_schedule_load_file reads: 64 MiB. The largest
+ * schedule the runtime takes has 2^20 slices; written as pmoss writes JSON
+ * (one array element per line) that is about 28 bytes per slice (node, core
+ * and width), 28 MiB, so the limit leaves room for provenance. */
+#define PM_SCHEDULE_FILE_MAX (64u << 20)
+
+/* Read and parse a schedule file (as pm_schedule_parse_json). Only a
+ * regular file is read, and only up to PM_SCHEDULE_FILE_MAX bytes: anything
+ * else is refused before reading, with a one-line message in err naming the
+ * file and the limit (a FIFO, /dev/zero or a terminal never blocks or
+ * fills memory). Returns 0, -ENOENT etc. (the -errno of open/read),
+ * -EISDIR (a directory), -EINVAL (another non-regular file, or bad JSON:
+ * message in err), -EFBIG (larger than the limit) or -ENOMEM. */
 int pm_schedule_load_file(const char *path, pm_schedule **out, char *err, size_t err_len);
 
 /* Accessors; pointers stay valid until pm_schedule_destroy. Cannot fail.
