@@ -227,7 +227,8 @@ def _lookup(table: np.ndarray, base: np.ndarray, frac: np.ndarray) -> np.ndarray
     return flat[base] * (1 - frac) + flat[base + 1] * frac
 
 
-def characteristic_time(prof: SliceProfile, group: np.ndarray, n_groups: int, capacity: np.ndarray) -> np.ndarray:
+def characteristic_time(prof: SliceProfile, group: np.ndarray, n_groups: int, capacity: np.ndarray,
+                        share: np.ndarray | None = None) -> np.ndarray:
     """T per cache [K, B, G] for K cache sizes `capacity` [K, B, G] (lines) over the same groups
     [B, N]; FITS_T where the whole group fits (every line hits)."""
     _, obj, tab = _cached(prof)
@@ -235,7 +236,7 @@ def characteristic_time(prof: SliceProfile, group: np.ndarray, n_groups: int, ca
     B, n = group.shape
     size = B * n_groups
     key = (group + n_groups * np.arange(B)[:, None]).ravel()  # [B*N]
-    share = np.broadcast_to(prof.share, (B, n)).ravel()
+    share = np.broadcast_to(prof.share if share is None else share, (B, n)).ravel()
     row_base = np.broadcast_to(np.arange(n) * GRID.size, (B, n)).ravel()
     cap = capacity.reshape(K, size)
     fits = np.bincount(key, np.broadcast_to(tab.footprint, (B, n)).ravel(), size) <= cap  # [K, B*G]
@@ -250,19 +251,21 @@ def characteristic_time(prof: SliceProfile, group: np.ndarray, n_groups: int, ca
     return np.where(fits, FITS_T, T).reshape(K, B, n_groups)
 
 
-def group_hits(prof: SliceProfile, group: np.ndarray, n_groups: int, capacities: list) -> list[tuple[np.ndarray, np.ndarray]]:
+def group_hits(prof: SliceProfile, group: np.ndarray, n_groups: int, capacities: list,
+               share: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Share of the dependent and of the streamed lines that hit ([B, N, C] each) per object
     class, for each cache size in `capacities` (lines: one per cache, or [B, G] per group)."""
     _, obj, tab = _cached(prof)
     B, n = group.shape
     cp = obj.count.shape[1]
     cap = np.stack([np.broadcast_to(np.asarray(c, dtype=float), (B, n_groups)) for c in capacities])  # [K, B, G]
-    T = characteristic_time(prof, group, n_groups, cap)  # [K, B, G]
+    share = prof.share if share is None else share  # [N] or [B, N]: each slice's query rate (relative)
+    T = characteristic_time(prof, group, n_groups, cap, share)  # [K, B, G]
     base = (np.arange(n)[:, None] * cp + np.arange(cp)) * GRID.size  # [N, C] rows of tab.hit
     out = []
     for k in range(len(capacities)):
         Ts = np.take_along_axis(T[k], group, axis=1)  # [B, N]
-        j, frac = _grid_position(prof.share * Ts)  # [B, N]
+        j, frac = _grid_position(share * Ts)  # [B, N]
         fits = Ts[..., None] >= FITS_T
         dep, stream = (np.where(fits, 1.0, np.clip(_lookup(table, base[None] + j[..., None], frac[..., None]), 0.0, 1.0))
                        for table in (tab.hit, tab.hit_stream))  # [B, N, C] each
@@ -270,25 +273,27 @@ def group_hits(prof: SliceProfile, group: np.ndarray, n_groups: int, capacities:
     return out
 
 
-def hit_rates(hw: HW, prof: SliceProfile, pl: Placement) -> dict[str, np.ndarray]:
+def hit_rates(hw: HW, prof: SliceProfile, pl: Placement, share: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Share of each object class's dependent lines [B, N, C] that hit in L1, L2, L3 and (POWER8)
     L4, and of its streamed lines in L1, L2, L3 (s1..s3) (§4). Capacities in lines; the L3's is
     the share of it the runtime gets (calibration `l3_share`: a host whose L3 domain other
     tenants use, §14.3; 1 on the pool machines), plus, where the L3 is a victim cache of the L2s
-    (`Uarch.l3_victim`), the distinct L2s below it: their lines are not also in the L3."""
+    (`Uarch.l3_victim`), the distinct L2s below it: their lines are not also in the L3.
+    share [B, N]: the slices' relative query rates where they are not the offered ones (the
+    completed queries under unbounded queues, §10.1)."""
     G = hw.groups.n_cache_groups
     caches = hw.machine.caches
     cal = hw.calibration
     l3_share = 1.0 if cal is None or cal.l3_share is None else cal.l3_share
     l2_lines = caches.l2_kib * 1024 / LINE
-    (h1, s1), (h2, s2) = group_hits(prof, pl.l2_group, G, [caches.l1d_kib * 1024 / LINE, l2_lines])
+    (h1, s1), (h2, s2) = group_hits(prof, pl.l2_group, G, [caches.l1d_kib * 1024 / LINE, l2_lines], share)
     l3_lines = caches.l3_mib * 2**20 / LINE * l3_share
     if hw.uarch.l3_victim:
         l3_lines = l3_lines + l2_lines * distinct_below(pl.l2_group, pl.l3_group, G)
-    h3, s3 = group_hits(prof, pl.l3_group, G, [l3_lines])[0]
+    h3, s3 = group_hits(prof, pl.l3_group, G, [l3_lines], share)[0]
     h2, s2 = np.maximum(h2, h1), np.maximum(s2, s1)  # inclusive hierarchy
     h3, s3 = np.maximum(h3, h2), np.maximum(s3, s2)
-    h4 = _l4_hits(hw, prof, pl, h3) if hw.l4_nodes > 0 else np.zeros_like(h3)
+    h4 = _l4_hits(hw, prof, pl, h3, share) if hw.l4_nodes > 0 else np.zeros_like(h3)
     return {"h1": h1, "h2": h2, "h3": h3, "h4": h4, "s1": s1, "s2": s2, "s3": s3}
 
 
@@ -317,12 +322,13 @@ def che_hits(rate: np.ndarray, count: np.ndarray, group: np.ndarray, n_groups: i
     return np.where(fits[key], 1.0, 1 - np.exp(-r * T[key])).reshape(rate.shape)
 
 
-def _l4_hits(hw: HW, prof: SliceProfile, pl: Placement, h3: np.ndarray) -> np.ndarray:
+def _l4_hits(hw: HW, prof: SliceProfile, pl: Placement, h3: np.ndarray, share: np.ndarray | None = None) -> np.ndarray:
     """A memory-side L4 caches the L3 misses to the memory it fronts: group = the slice's memory
     node (interleaved memory: all L4s act as one cache of M times the size)."""
     _, obj, _ = _cached(prof)
     B, n, p = h3.shape
-    rate = prof.share[None, :, None] * obj.node_visits[None] * np.maximum(1 - h3, 0.0)  # [B, N, C]
+    share = np.broadcast_to(prof.share if share is None else share, (B, n))
+    rate = share[..., None] * obj.node_visits[None] * np.maximum(1 - h3, 0.0)  # [B, N, C]
     count = np.broadcast_to(obj.count, rate.shape)
     interleaved = pl.P.max(2) < 1.0  # [B, N]
     group = np.where(interleaved, hw.n_nodes, pl.P.argmax(2))  # id M = the pooled cache

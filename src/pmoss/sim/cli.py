@@ -42,15 +42,23 @@ def describe_command(name: Annotated[str, typer.Argument(help="Machine name (see
 @app.command("fidelity")
 def fidelity_command(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the table and checks as JSON here.")] = None,
-    oracle_budget: Annotated[int, typer.Option(help="Model evaluations per oracle search.")] = 600,
+    oracle_budget: Annotated[Optional[int], typer.Option(help="Model evaluations per oracle search (default 600; with --paper 1500).")] = None,
     dataset: Annotated[str, typer.Option("--dataset", "-d", help=f"One of {', '.join(DATASETS)}. Default uniform: YCSB's default "
                                          "insertorder=hashed spreads inserts over the slices; dense appends every insert to the last slice.")] = "uniform",
+    paper: Annotated[bool, typer.Option("--paper", help="Score the P-MOSS paper's calibration claims (read-write, lookup, "
+                                        "core-to-core latency) under the paper's setup and runtime: one verdict per claim and the agreement.")] = False,
+    n_records: Annotated[Optional[int], typer.Option("--records", help="With --paper: records in the tree (default the paper's 1000M).")] = None,
 ) -> None:
-    """Paper machines x paper workloads under every baseline kind and the oracle (noise-free model)."""
+    """Paper machines x paper workloads under every baseline kind and the oracle (noise-free model);
+    with --paper, the paper's calibration claims scored one by one (docs/machine-model.md §14.4)."""
     from pmoss.sim.fidelity import fidelity_checks, fidelity_table
 
-    if oracle_budget <= 0:
+    if oracle_budget is not None and oracle_budget <= 0:
         raise SimInputError(f"oracle_budget: must be positive, got {oracle_budget}")
+    if paper:
+        _paper_fidelity(output, oracle_budget, n_records)
+        return
+    oracle_budget = oracle_budget or 600
     if dataset not in DATASETS:
         raise SimInputError(f"dataset: unknown {dataset!r}; one of {', '.join(DATASETS)}")
     rows = fidelity_table(dataset=dataset, oracle_budget=oracle_budget)
@@ -59,6 +67,39 @@ def fidelity_command(
     out.print(json.dumps(checks, indent=1))
     if output:
         atomic_write_text(output, json.dumps({"source": "sim", "rows": rows, "checks": checks}, indent=1) + "\n")
+        out.print(f"wrote {output}")
+
+
+def _paper_fidelity(output: Path | None, budget: int | None, n_records: int | None) -> None:
+    from pmoss.sim.paper import ORACLE_BUDGET, agreement, paper_cells, score, shape
+
+    if n_records is not None and n_records < 256:
+        raise SimInputError(f"records: must be at least the 256 slices, got {n_records}")
+    cells = paper_cells(n_records=n_records, budget=budget or ORACLE_BUDGET, progress="paper cells")
+    verdicts, figs = score(cells), shape(cells)
+    agree = agreement(verdicts)
+    table = Table(title="The P-MOSS paper's calibration claims vs the machine model (source=sim, the paper's runtime and setup)")
+    for col in ("claim", "workload", "machine", "paper", "model", "verdict"):
+        table.add_column(col)
+    style = {"YES": "green", "PARTLY": "yellow", "NO": "red"}
+    for v in verdicts:
+        verdict = v["verdict"] if v["counted"] else f"{v['verdict']} (by construction, not counted)"
+        table.add_row(v["id"], v["workload"] or "-", str(v["machine"] or "all"), str(v["want"]), str(v["got"]), f"[{style[v['verdict']]}]{verdict}[/]")
+    Console(width=max(out.width, 160)).print(table)
+    cols = ("os-default", "os-interleave", "se-numa", "sn-numa", "sn-grouped", "sn-mixed", "sn-spread", "sn-random", "sn-hot", "pmoss", "group-oracle")
+    cells_t = Table(title="Throughput, Mq/s (source=sim; pmoss = the one-core oracle, P-MOSS's stand-in)")
+    for col in ("machine", "workload", *cols):
+        cells_t.add_column(col, justify="left" if col in ("machine", "workload") else "right")
+    for c in cells:
+        cells_t.add_row(c["machine"], c["workload"], *(f"{c[k] / 1e6:.1f}" for k in cols))
+    Console(width=max(out.width, 200)).print(cells_t)
+    out.print(f"agreement: [bold]{agree['YES']} of {agree['claims']} YES ({agree['yes_share']:.0%})[/bold], {agree['PARTLY']} partly, "
+              f"{agree['NO']} no; {agree['by_construction']} hold by construction (not counted)")
+    out.print(f"best one-core schedule over the best SN:T heuristic: median {figs['pmoss_over_best_sn_t_median']:.3f}x; "
+              f"Skylake X read-write order of the coarse baselines: {' > '.join(figs['skx_read_write_order'])}")
+    if output:
+        doc = {"source": "sim", "runtime": "paper", "cells": cells, "verdicts": verdicts, "agreement": agree, "shape": figs}
+        atomic_write_text(output, json.dumps(doc, indent=1) + "\n")
         out.print(f"wrote {output}")
 
 
