@@ -11,7 +11,7 @@ from pmoss.sim.paper import agreement, c2c_ratios, load_claims, paper_cells, sco
 # The test runs the searches at a smaller budget; its floor is the figure that budget reached
 # when the model landed, so a change that loses a claim fails here.
 TEST_BUDGET = 400
-LANDED_YES_AT_TEST_BUDGET = 49
+LANDED_YES_AT_TEST_BUDGET = 50
 
 
 def _cell(machine: str, workload: str, **x: float) -> dict:
