@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import warnings
+import zipfile
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -25,7 +26,7 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 
-from pmoss.contracts.errors import PmossError
+from pmoss.contracts.errors import PmossError, brief
 from pmoss.contracts.io import atomic_write_text
 from pmoss.data.dataset import load_tokens
 from pmoss.data.state import as_tensors, machine_arrays, pad_of
@@ -301,19 +302,30 @@ LOSS_CURVES = {"train": "train-loss.csv", "val": "val-loss.csv"}  # next to the 
 
 def loss_curve_callback(output: Path, every: int):
     """Records train loss every `every` steps and val loss at each validation into
-    `output/{train,val}-loss.csv` (columns step,<stage>_loss; a resumed run keeps its earlier
-    steps), so `dvc plots diff` can compare the curves of experiments."""
+    `output/{train,val}-loss.csv` (columns step,<stage>_loss), so `dvc plots diff` can compare the
+    curves of experiments. A resumed run keeps its earlier steps: the rows travel in every
+    checkpoint (the callback's state), so a run that crashed before writing the files resumes
+    with its curve up to the checkpoint's step."""
     L = _lightning()
 
     class LossCurve(L.Callback):
         def __init__(self) -> None:
             self.rows: dict[str, list[tuple[int, float]]] = {stage: [] for stage in LOSS_CURVES}
+            self.restored = False
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"rows": {stage: [list(r) for r in rows] for stage, rows in self.rows.items()}}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            self.rows = {stage: [(int(a), float(b)) for a, b in state_dict["rows"].get(stage, [])] for stage in LOSS_CURVES}
+            self.restored = True
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
             for stage, name in LOSS_CURVES.items():  # resuming: keep each curve up to the restored step
-                if (output / name).exists():
+                if not self.restored and (output / name).exists():  # a checkpoint from before the rows travelled in it
                     pairs = (line.split(",") for line in (output / name).read_text().splitlines()[1:])
-                    self.rows[stage] = [(int(a), float(b)) for a, b in pairs if int(a) <= trainer.global_step]
+                    self.rows[stage] = [(int(a), float(b)) for a, b in pairs]
+                self.rows[stage] = [(a, b) for a, b in self.rows[stage] if a <= trainer.global_step]
 
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
             loss = trainer.callback_metrics.get("train/loss")
@@ -380,9 +392,28 @@ def fit(data: Path, output: Path, cfg: TrainConfig, init: Path | None, algo: str
     learner = build_learner(build_algorithm(algo, model_cfg, cfg, base.state_dict if base else None))
     dm = build_datamodule(data, cfg, stats, algo, shuffle_returns)
     trainer = make_trainer(cfg, output, logger, progress, ray=ray, stop_after=stop_after)
-    last = output / "checkpoints" / "last.ckpt"
-    trainer.fit(learner, datamodule=dm, ckpt_path=str(last) if last.exists() else None)
+    last = resume_checkpoint(output)
+    trainer.fit(learner, datamodule=dm, ckpt_path=str(last) if last else None)
     return learner, trainer, stats, model_cfg
+
+
+def resume_checkpoint(output: Path) -> Path | None:
+    """`output/checkpoints/last.ckpt` when a run left one to resume from. A damaged one (truncated
+    by a kill or a full disk while it was written) is named with the command that clears it,
+    instead of failing deep inside Lightning: torch writes checkpoints as zip archives with a
+    CRC per member, so reading the archive whole finds a truncated or changed one."""
+    last = output / "checkpoints" / "last.ckpt"
+    if not last.exists():
+        return None
+    try:
+        with zipfile.ZipFile(last) as archive:
+            bad = archive.testzip()
+        problem = f"member {bad} fails its CRC" if bad else None
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        problem = brief(e)
+    if problem:
+        raise TrainError(f"{last}: damaged checkpoint, cannot resume ({problem}); `rm {last}` to train from step 0, or restore it")
+    return last
 
 
 def mlflow_logger(experiment: str, run_name: str, run_id: str | None = None):
@@ -397,6 +428,7 @@ def train(data: Path, output: Path, cfg: TrainConfig, init: Path | None = None, 
           shuffle_returns: int | None = None, stop_after: int | None = None) -> Bundle:  # fmt: skip
     """Train (or fine-tune from `init`) and write `output/model.pt`; resumes from `output/checkpoints/last.ckpt`."""
     prepare(data, cfg, init, algo)  # data, --init and --algo checked (checksums included) before MLflow is set up
+    resume_checkpoint(output)  # and the checkpoint a rerun resumes from
     logger = mlflow_logger(experiment, f"{algo}-{output.name}")
     learner, trainer, stats, model_cfg = fit(data, output, cfg, init, algo, logger, progress, shuffle_returns=shuffle_returns, stop_after=stop_after)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
