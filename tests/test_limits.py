@@ -12,9 +12,8 @@ import yaml
 from test_failure_modes import one_line_error, pmoss
 
 from pmoss.collect.driver import CHUNK, pending
-from pmoss.collect.plan import Pool, check_memory
+from pmoss.collect.plan import Pool
 from pmoss.contracts.errors import ContractError
-from pmoss.contracts.limits import MAX_CPUS, PLAN_BYTES_PER_EPISODE, PLAN_BYTES_PER_SLICE, LimitError, available_memory, sim_bytes
 from pmoss.contracts.machine import load_machine
 from pmoss.contracts.policies import generate
 from pmoss.sim import load_sim_machine, simulate_batch
@@ -40,12 +39,12 @@ def _descriptor(tmp_path: Path, change) -> Path:
     ("local_latency_ns", lambda d: d.update(local_latency_ns=True)),
     ("caches.l1d_kib", lambda d: d["caches"].update(l1d_kib=True)),
     ("caches.l2_kib", lambda d: d["caches"].update(l2_kib=1e9)),
-    ("caches.l3_mib", lambda d: d["caches"].update(l3_mib=float("nan"))),
+    ("caches.l3_mib", lambda d: d["caches"].update(l3_mib=float("inf"))),
     ("freq_ghz", lambda d: d.update(freq_ghz="2.1")),
     ("sockets", lambda d: d.update(sockets=True)),
     ("cpus.0.node", lambda d: d["cpus"][0].update(node=0.0)),
     ("cpus.0.cpu", lambda d: d["cpus"][0].update(cpu=1_000_000_000)),
-    ("mem_bandwidth_gbps.0", lambda d: d["mem_bandwidth_gbps"].__setitem__(0, False)),
+    ("mem_bandwidth_gbps.0", lambda d: d["mem_bandwidth_gbps"].__setitem__(0, True)),
     ("distance.0.1", lambda d: d["distance"][0].__setitem__(1, 1e12)),
 ])  # fmt: skip
 def test_descriptor_numbers_are_typed_and_bounded(tmp_path, field, change):
@@ -56,6 +55,8 @@ def test_descriptor_numbers_are_typed_and_bounded(tmp_path, field, change):
 
 
 def test_descriptor_cpu_id_bound_is_linux_largest(tmp_path):
+    from pmoss.contracts.limits import MAX_CPUS
+
     load_machine(_descriptor(tmp_path, lambda d: d["cpus"][-1].update(cpu=MAX_CPUS - 1)))  # the largest id still loads
     with pytest.raises(ContractError, match=rf"field 'cpus.95.cpu': Input should be less than {MAX_CPUS}"):
         load_machine(_descriptor(tmp_path, lambda d: d["cpus"][-1].update(cpu=MAX_CPUS)))
@@ -80,21 +81,30 @@ def test_pool_memory_blames_the_flag(tmp_path):
     assert "pool.yaml" not in line and not (tmp_path / "raw").exists()
 
 
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    from test_serve import _bundle
+
+    return _bundle(tmp_path_factory.mktemp("model"))
+
+
 @pytest.mark.parametrize(("key", "value", "needles"), [
     ("n_slices", "1000000000", ["field 'n_slices'", "above the limit 1048576"]),
     ("runs", "1000000000", ["field 'runs'", "1000000000 runs", "of memory, this machine has", "lower runs"]),  # hung before
     ("n_records", str(10**21), ["field 'n_records'", "above the limit"]),
 ])  # fmt: skip
-def test_eval_sizes_refused_before_work(tmp_path, key, value, needles):
-    """Checked before any model is loaded (the model path does not even exist) or cell is run."""
+def test_eval_sizes_refused_before_work(tmp_path, bundle, key, value, needles):
     (tmp_path / "eval.yaml").write_text(_with(EVAL, key, value))
-    r = pmoss("evaluate", str(tmp_path / "eval.yaml"), "--model", f"dt={tmp_path / 'no-model'}", "-o", str(tmp_path / "out"))
+    r = pmoss("evaluate", str(tmp_path / "eval.yaml"), "--model", f"dt={bundle}", "-o", str(tmp_path / "out"))
     one_line_error(r, "eval.yaml", *needles)
     assert not (tmp_path / "out").exists()
 
 
 def test_memory_check_is_against_this_machine(monkeypatch):
     """The same pool fits or not by what this machine has available: the bound is the machine's."""
+    from pmoss.collect.plan import check_memory
+    from pmoss.contracts.limits import PLAN_BYTES_PER_EPISODE, PLAN_BYTES_PER_SLICE, LimitError, available_memory, sim_bytes
+
     pool = Pool(name="t", machines=["intel-skx-4s"], workloads=["ycsb-c"], episodes_per_cell=100_000, n_slices=256)
     need = 100_000 * (PLAN_BYTES_PER_EPISODE + 256 * PLAN_BYTES_PER_SLICE) + sim_bytes(CHUNK, 256)  # the plan, and one chunk running
     monkeypatch.setattr("pmoss.contracts.limits.available_memory", lambda: need)
@@ -109,6 +119,8 @@ def test_memory_estimates_stay_above_measured_peaks():
     """The per-slice and per-episode constants of contracts/limits.py against tracemalloc's peak:
     a simulator or plan that grows heavier must raise the constants, or the check lets through
     work that does not fit. Unusual sizes, so no cache of an earlier test serves the call."""
+    from pmoss.contracts.limits import PLAN_BYTES_PER_EPISODE, PLAN_BYTES_PER_SLICE, sim_bytes
+
     m = load_sim_machine("ibm-power8")  # the pool's largest machine
     schedules = [generate("sn-random", m, 200, seed=i) for i in range(8)]
     tracemalloc.start()
@@ -126,14 +138,16 @@ def test_memory_estimates_stay_above_measured_peaks():
 
 # ---- item 8: policy names -------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["os-default", "sn-hot", "oracle", "mask-only"])
-def test_policy_names_must_not_shadow_the_harness(tmp_path, name):
+def test_policy_names_must_not_shadow_the_harness(tmp_path, bundle, name):
+    """`--model os-default=DIR` ran, and one of the two entries of that name survived in cells.json."""
     (tmp_path / "eval.yaml").write_text(EVAL)
-    r = pmoss("evaluate", str(tmp_path / "eval.yaml"), "--model", f"{name}={tmp_path / 'm'}", "-o", str(tmp_path / "out"))
+    r = pmoss("evaluate", str(tmp_path / "eval.yaml"), "--model", f"{name}={bundle}", "-o", str(tmp_path / "out"))
     one_line_error(r, f"--model {name}=", f"'{name}' is the name of one of the harness's own schedules")
     assert not (tmp_path / "out").exists()
 
 
-def test_policy_names_must_be_unique(tmp_path):
+def test_policy_names_must_be_unique(tmp_path, bundle):
     (tmp_path / "eval.yaml").write_text(EVAL)
-    r = pmoss("evaluate", str(tmp_path / "eval.yaml"), "--model", "dt=a", "--model", "dt=b", "-o", str(tmp_path / "out"))
-    one_line_error(r, "--model dt=b", "given twice")
+    r = pmoss("evaluate", str(tmp_path / "eval.yaml"), "--model", f"dt={bundle}", "--model", f"dt={bundle}/", "-o", str(tmp_path / "out"))
+    one_line_error(r, f"--model dt={bundle}/", "given twice")
+    assert not (tmp_path / "out").exists()

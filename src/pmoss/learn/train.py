@@ -303,29 +303,29 @@ LOSS_CURVES = {"train": "train-loss.csv", "val": "val-loss.csv"}  # next to the 
 def loss_curve_callback(output: Path, every: int):
     """Records train loss every `every` steps and val loss at each validation into
     `output/{train,val}-loss.csv` (columns step,<stage>_loss), so `dvc plots diff` can compare the
-    curves of experiments. A resumed run keeps its earlier steps: the rows travel in every
-    checkpoint (the callback's state), so a run that crashed before writing the files resumes
-    with its curve up to the checkpoint's step."""
+    curves of experiments. A resumed run keeps its earlier steps, also after a crash (no
+    on_train_end): the rows travel in every checkpoint (the callback's state) and the files are
+    rewritten at every checkpoint and validation (a checkpoint is saved before the validation of
+    its step, whose row only the file then holds)."""
     L = _lightning()
 
     class LossCurve(L.Callback):
         def __init__(self) -> None:
             self.rows: dict[str, list[tuple[int, float]]] = {stage: [] for stage in LOSS_CURVES}
-            self.restored = False
 
         def state_dict(self) -> dict[str, Any]:
             return {"rows": {stage: [list(r) for r in rows] for stage, rows in self.rows.items()}}
 
         def load_state_dict(self, state_dict: dict[str, Any]) -> None:
             self.rows = {stage: [(int(a), float(b)) for a, b in state_dict["rows"].get(stage, [])] for stage in LOSS_CURVES}
-            self.restored = True
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            for stage, name in LOSS_CURVES.items():  # resuming: keep each curve up to the restored step
-                if not self.restored and (output / name).exists():  # a checkpoint from before the rows travelled in it
+            for stage, name in LOSS_CURVES.items():  # resuming: each curve up to the restored step, from checkpoint and file
+                rows = dict(self.rows[stage])
+                if (output / name).exists():
                     pairs = (line.split(",") for line in (output / name).read_text().splitlines()[1:])
-                    self.rows[stage] = [(int(a), float(b)) for a, b in pairs]
-                self.rows[stage] = [(a, b) for a, b in self.rows[stage] if a <= trainer.global_step]
+                    rows = {int(a): float(b) for a, b in pairs} | rows
+                self.rows[stage] = sorted((a, b) for a, b in rows.items() if a <= trainer.global_step)
 
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
             loss = trainer.callback_metrics.get("train/loss")
@@ -336,8 +336,15 @@ def loss_curve_callback(output: Path, every: int):
             loss = trainer.callback_metrics.get("val/loss")
             if loss is not None and not trainer.sanity_checking:
                 self.rows["val"].append((trainer.global_step, float(loss)))
+                self._write(trainer)
+
+        def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+            self._write(trainer)
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            self._write(trainer)
+
+        def _write(self, trainer: Any) -> None:
             if trainer.is_global_zero:
                 for stage, name in LOSS_CURVES.items():
                     body = "".join(f"{step},{loss:.6g}\n" for step, loss in self.rows[stage])
