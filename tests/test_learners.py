@@ -244,7 +244,6 @@ def test_loss_history_survives_a_crash_and_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(train_module, "build_learner", crashing)
     with pytest.raises(RuntimeError, match="crash"):
         train_module.train(data, tmp_path / "cut", cfg, algo="bc", progress=False)
-    assert "\n30," not in (tmp_path / "cut" / "train-loss.csv").read_text()
     monkeypatch.setattr(train_module, "build_learner", real)
     train_module.train(data, tmp_path / "cut", cfg, algo="bc", progress=False)
     for name in ("train-loss.csv", "val-loss.csv"):
