@@ -129,6 +129,18 @@ def test_unstamped_files_are_refused(artefacts, tmp_path):
         load_bundle(tmp_path / "model.pt")
 
 
+def test_unlisted_machine_descriptors_are_refused(artefacts, tmp_path):
+    """Issue 42: a descriptor added to a dataset's machines/ after the build has no checksum to be
+    checked against; it was loaded (and could replace no recorded machine, or slip in a new one)."""
+    ds = tmp_path / "ds"
+    shutil.copytree(artefacts / "ds", ds)
+    shutil.copy(ds / "machines" / "intel-skx-4s.yaml", ds / "machines" / "extra.yaml")
+    with pytest.raises(ContractError, match=r"machines/extra\.yaml: not part of the dataset \(no checksum in .*tokens\.parquet\); remove it"):
+        load_tokens(ds)
+    (ds / "machines" / "extra.yaml").unlink()
+    assert set(load_tokens(ds)[2]) == {"intel-skx-4s"}
+
+
 def test_schedule_refuses_a_corrupt_model(artefacts, tmp_path):
     """The issue's case: 256 inverted bytes in the middle of model.pt; `pmoss schedule` used it and exited 0."""
     model = tmp_path / "model.pt"

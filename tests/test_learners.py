@@ -192,3 +192,60 @@ def test_shuffled_returns_are_a_permutation(tmp_path):
     real, shuffled = EpisodeArrays(data, "train"), EpisodeArrays(data, "train", shuffle_returns=0)
     assert sorted(real.returns.tolist()) == sorted(shuffled.returns.tolist()) and not np.array_equal(real.rtg, shuffled.rtg)
     assert np.array_equal(real.actions, shuffled.actions)  # only the returns move, actions and states stay
+
+
+# ---- issue 42: a damaged checkpoint, the loss history across a crash -----------------------------
+def test_truncated_checkpoint_is_named_with_the_command_that_clears_it(tmp_path):
+    """Every rerun failed with a 26-frame traceback naming no file; now one line, before MLflow."""
+    import os
+    import subprocess
+    import sys
+
+    data = make_tokens(tmp_path / "tok")
+    (tmp_path / "tiny.yaml").write_text(TrainConfig(**TINY).model_dump_json())
+    last = tmp_path / "m" / "checkpoints" / "last.ckpt"
+    last.parent.mkdir(parents=True)
+    torch.save({"state_dict": {"w": torch.zeros(1000)}, "global_step": 4}, last)
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}  # MLflow must not even be tried
+    r = subprocess.run([Path(sys.executable).parent / "pmoss", "train", str(data), "-o", str(tmp_path / "m"), "--config", str(tmp_path / "tiny.yaml"), "-q"],
+                       capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert f"{last}: damaged checkpoint" in lines[0] and f"`rm {last}`" in lines[0], lines[0]
+    assert last.is_file()  # left for the user to inspect or restore
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+@pytest.mark.filterwarnings("ignore:Checkpoint directory:UserWarning")
+def test_loss_history_survives_a_crash_and_resume(tmp_path, monkeypatch):
+    """A run that dies between checkpoints (no on_train_end) and is resumed ends with the same
+    loss curves as a run that never stopped (it lost the steps before the crash)."""
+    import pmoss.learn.train as train_module
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    data = make_tokens(tmp_path / "tok")
+    cfg = TrainConfig(**{**TINY, "max_steps": 30, "val_every": 10})
+    train_module.train(data, tmp_path / "straight", cfg, algo="bc", progress=False)
+
+    real = train_module.build_learner
+
+    def crashing(algorithm):
+        learner = real(algorithm)
+
+        def on_train_batch_end(*args):
+            if learner.trainer.global_step == 25:
+                raise RuntimeError("crash")
+
+        learner.on_train_batch_end = on_train_batch_end
+        return learner
+
+    monkeypatch.setattr(train_module, "build_learner", crashing)
+    with pytest.raises(RuntimeError, match="crash"):
+        train_module.train(data, tmp_path / "cut", cfg, algo="bc", progress=False)
+    monkeypatch.setattr(train_module, "build_learner", real)
+    train_module.train(data, tmp_path / "cut", cfg, algo="bc", progress=False)
+    for name in ("train-loss.csv", "val-loss.csv"):
+        straight, resumed = ((tmp_path / d / name).read_text() for d in ("straight", "cut"))
+        assert resumed == straight and straight.count("\n") == 4, (name, straight, resumed)

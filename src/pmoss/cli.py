@@ -133,6 +133,14 @@ def main() -> None:
     except PmossError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         sys.exit(1)
+    except OSError as e:  # a write the file system refused where no writer named its output: still one line
+        from pmoss.contracts.io import write_failure
+
+        failure = write_failure(e, None, clean=False)
+        if failure is None:
+            raise
+        err.print(f"[red]error:[/red] {failure}", highlight=False, soft_wrap=True)
+        sys.exit(1)
     except _mlflow_error() as e:  # e.g. the tracking server went away after the start-up check
         from pmoss.contracts.errors import brief
         from pmoss.learn.tracking import default_tracking_uri

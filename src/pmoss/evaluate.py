@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.groups import groups_of
 from pmoss.contracts.io import atomic_write_text, load_model_with_flags, one_of
+from pmoss.contracts.limits import MAX_RECORDS, MAX_SLICES, at_most, require_memory, sim_bytes
 from pmoss.contracts.policies import BASELINE_KINDS, generate
 from pmoss.contracts.schedule import ANY_WORKER_KINDS, LOAD_CAP, ONE_CORE_KINDS, Schedule, slices_for
 from pmoss.contracts.workload import DATASETS, WORKLOADS, get_workload
@@ -37,9 +38,9 @@ class EvalConfig(BaseModel):
     machines: list[str] = Field(min_length=1)  # pool names, descriptor files, or directories of them
     workloads: Annotated[list[str], one_of(WORKLOADS, "workload")] = Field(min_length=1)
     dataset: Annotated[str, one_of(DATASETS, "dataset")] = "dense"
-    n_slices: int = Field(256, ge=1)
-    slices_per_worker: float | None = Field(None, gt=0)  # set: each machine gets slices_for(machine, this) slices instead of n_slices
-    n_records: int = Field(10_000_000, ge=1)
+    n_slices: Annotated[int, Field(ge=1), at_most(MAX_SLICES, "the runtime's slice cap")] = 256
+    slices_per_worker: float | None = Field(None, gt=0, le=1024)  # set: each machine gets slices_for(machine, this) slices instead of n_slices
+    n_records: Annotated[int, Field(ge=1), at_most(MAX_RECORDS, "2**40 records, 16 TiB of keys and values: more than any machine holds")] = 10_000_000
     window_s: float = Field(10.0, gt=0)
     runs: int = Field(3, ge=1)  # evaluation seeds per schedule
     baselines: Annotated[list[str], one_of(BASELINE_KINDS, "schedule kind")] = list(BASELINE_KINDS)
@@ -60,6 +61,17 @@ class EvalConfig(BaseModel):
         except ContractError as e:
             raise ValueError(str(e).removeprefix("machine: ")) from None
         return refs
+
+
+def check_memory(cfg: EvalConfig, n_policies: int, where: Any) -> None:
+    """Refuse an evaluation whose per-cell simulator call (every baseline, policy and the oracle,
+    `runs` seeds each) needs more memory than this machine has; `where(field)` names the field."""
+    from pmoss.sim import expand_machines, load_sim_machine
+
+    n = max(cell_config(load_sim_machine(m), cfg).n_slices for m in expand_machines(cfg.machines))
+    schedules = len(cfg.baselines) + n_policies + cfg.oracle
+    field = "runs" if cfg.runs / 3 > n / 256 else ("slices_per_worker" if cfg.slices_per_worker else "n_slices")  # the one furthest above its default
+    require_memory(sim_bytes(schedules * cfg.runs, n), where(field), f"{schedules} schedules x {cfg.runs} runs of {n} slices in one simulator call", f"lower {field}")
 
 
 def measure(machine: Any, workload: str, schedules: dict[str, Schedule], cfg: EvalConfig) -> dict[str, float]:
@@ -317,6 +329,26 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
     plt.close(fig)
 
 
+RESERVED_POLICY_NAMES = (*BASELINE_KINDS, "oracle", MASK_CONTROL)  # the harness's own entries in cells.json
+
+
+def policy_specs(model: list[str]) -> dict[str, Path]:
+    """`--model NAME=PATH` options by name; a name may not repeat or be one of the harness's own
+    (a baseline's, the oracle's, the mask control's): one would silently replace the other."""
+    specs: dict[str, Path] = {}
+    for spec in model:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--model '{spec}': expected NAME=PATH")
+        if name in RESERVED_POLICY_NAMES:
+            raise ContractError(f"--model {spec}: '{name}' is the name of one of the harness's own schedules (reserved: "
+                                f"{', '.join(RESERVED_POLICY_NAMES)}), which the policy would replace in cells.json; name it otherwise")
+        if name in specs:
+            raise ContractError(f"--model {spec}: the name '{name}' is given twice (also {specs[name]}); give each model its own name")
+        specs[name] = Path(path)
+    return specs
+
+
 def evaluate_command(
     config: Annotated[Path, typer.Argument(help="Evaluation set YAML (machines, workloads, seeds).")],
     model: Annotated[list[str], typer.Option(help="NAME=PATH of a model bundle (repeatable).")],
@@ -331,13 +363,12 @@ def evaluate_command(
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
     from pmoss.learn.bundle import load_bundle, untrained_like
 
-    cfg = load_model_with_flags(EvalConfig, config, {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "oracle": oracle})
-    bundles = {}
-    for spec in model:
-        name, sep, path = spec.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"--model '{spec}': expected NAME=PATH")
-        bundles[name] = load_bundle(Path(path))
+    flags = {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "oracle": oracle}
+    cfg = load_model_with_flags(EvalConfig, config, flags)
+    specs = policy_specs(model)
+    check_memory(cfg, len(specs) + (mask_control and bool(specs)),
+                 lambda f: f"--{f.replace('_', '-')} {flags[f]}" if flags.get(f) is not None else f"{config}: field '{f}'")
+    bundles = {name: load_bundle(path) for name, path in specs.items()}
     if mask_control and bundles:
         bundles[MASK_CONTROL] = untrained_like(next(iter(bundles.values())))
     schedules: dict[str, dict[str, Schedule]] = {}

@@ -25,7 +25,7 @@ import typer
 from tqdm import tqdm
 
 from pmoss.bench import Spread, ratio_spread, verdict
-from pmoss.collect.plan import EpisodeSpec, Pool, expand, load_pool
+from pmoss.collect.plan import EpisodeSpec, Pool, check_memory, expand, load_pool
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.policies import generate
 from pmoss.contracts.schedule import Schedule
@@ -121,6 +121,7 @@ def runtime_machine(name: str, descriptor: str | None) -> Any:
 
 def pending(pool: Pool, out: Path, source: str = "pool") -> Chunk:
     """The plan's episodes not yet under `out`, with their schedules, in plan order."""
+    check_memory(pool, lambda field: f"{source}: field '{field}'", CHUNK)
     machines = {name: load_backend_machine(pool.backend, name, source, pool.descriptors.get(name)) for name in pool.machines}
     finished = done_ids(out)
     specs = list(expand(pool))
@@ -391,10 +392,12 @@ def collect_command(
             budgets = [int(b) for b in search_budgets.split(",")]
         except ValueError:
             raise typer.BadParameter(f"'{search_budgets}': expected comma-separated integers", param_hint="--search-budgets") from None
-    pool = load_pool(pool_file, episodes_per_cell=episodes_per_cell, n_slices=n_slices, search_runs=search_runs, search_budgets=budgets)
+    flags = {"episodes_per_cell": episodes_per_cell, "n_slices": n_slices, "search_runs": search_runs, "search_budgets": budgets}
+    pool = load_pool(pool_file, **flags)
+    check_memory(pool, lambda f: f"--{f.replace('_', '-')} {flags[f]}" if flags.get(f) is not None else f"{pool_file}: field '{f}'", CHUNK)
     tables: list[pa.Table] = []
-    n = collect(pool, output, progress=not quiet, ray_address=ray_address, use_ray=ray or ray_address is not None,
-                wait_s=ray_wait, source=str(pool_file), written_tables=tables)  # fmt: skip
+    n = collect(pool, output, progress=not quiet, ray_address=ray_address, use_ray=ray or ray_address is not None, wait_s=ray_wait,
+                source=str(pool_file), written_tables=tables if pool.backend == "runtime" else None)  # only the runtime's report reads them back
     typer.echo(f"{pool.name}: wrote {n} new episode(s) under {output}")
     if pool.backend == "runtime":  # real hosts are noisy: every figure with its spread
         for line in kind_report(tables):

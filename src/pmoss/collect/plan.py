@@ -8,6 +8,7 @@ specs, so episode ids are stable and collection is resumable.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -21,6 +22,15 @@ from pydantic import (
 )
 
 from pmoss.contracts.io import load_model_with_flags, one_of
+from pmoss.contracts.limits import (
+    MAX_RECORDS,
+    MAX_SLICES,
+    PLAN_BYTES_PER_EPISODE,
+    PLAN_BYTES_PER_SLICE,
+    at_most,
+    require_memory,
+    sim_bytes,
+)
 from pmoss.contracts.policies import PAPER_MIX
 from pmoss.contracts.schedule import ONE_CORE_KINDS, SHARED_KINDS
 from pmoss.contracts.workload import DATASETS, WORKLOADS
@@ -43,8 +53,8 @@ class Pool(BaseModel):
     search_runs: int = Field(default=0, ge=0)
     search_budgets: list[PositiveInt] = [250, 1000, 4000]
     episodes_per_cell: PositiveInt
-    n_slices: PositiveInt = 256
-    n_records: PositiveInt = 10_000_000
+    n_slices: Annotated[PositiveInt, at_most(MAX_SLICES, "the runtime's slice cap")] = 256
+    n_records: Annotated[PositiveInt, at_most(MAX_RECORDS, "2**40 records, 16 TiB of keys and values: more than any machine holds")] = 10_000_000
     window_s: PositiveFloat = 10.0
     seed: int = 0
     # machine -> testbed host: those episodes run only on that host (Ray resource `host:<name>`)
@@ -74,6 +84,29 @@ class Pool(BaseModel):
         if self.backend == "runtime" and unbound:
             raise ValueError(f"hosts: backend 'runtime' runs on real testbed hosts; machine '{unbound[0]}' has no host")
         return self
+
+
+    def episodes_per_cell_total(self) -> int:
+        """Every episode a cell plans: the mix, the shared kinds' runs and the search episodes."""
+        return self.episodes_per_cell + len(self.shared_kinds) * self.runs_per_shared_kind + self.search_runs * len(self.search_budgets)
+
+    def n_cells(self) -> int:
+        return len(self.machines) * len(self.workloads) * len(self.datasets)
+
+
+def check_memory(pool: Pool, where: Callable[[str], str], chunk: int) -> None:
+    """Refuse a pool whose plan (every episode's spec and schedule, held until it runs) and one
+    chunk of `chunk` episodes in the simulator need more memory than this machine has; the error
+    names the field to lower, the larger part's (`where(field)` says where it was given)."""
+    per_cell = pool.episodes_per_cell_total()
+    episodes = per_cell * pool.n_cells()
+    plan = episodes * (PLAN_BYTES_PER_EPISODE + PLAN_BYTES_PER_SLICE * pool.n_slices)
+    batch = sim_bytes(min(chunk, per_cell), pool.n_slices) if pool.backend == "sim" else 0
+    if plan >= batch:
+        require_memory(plan + batch, where("episodes_per_cell"), f"{episodes} planned episodes ({per_cell} per cell x {pool.n_cells()} cells, {pool.n_slices} slices each)",
+                       "lower episodes_per_cell (or the other counts per cell), or split the pool into several")
+    else:
+        require_memory(plan + batch, where("n_slices"), f"{min(chunk, per_cell)} episodes of {pool.n_slices} slices simulated together", "lower n_slices")
 
 
 class EpisodeSpec(BaseModel):

@@ -105,8 +105,9 @@ def file_digest(path: Path, algorithm: str = "sha256") -> str:
     return h.hexdigest()
 
 
-def verify_files(table: Any, root: Path, tokens: Path) -> None:
-    """Check the companion files listed in `tokens`' metadata (paths relative to `root`)."""
+def verify_files(table: Any, root: Path, tokens: Path) -> dict[str, str]:
+    """Check the companion files listed in `tokens`' metadata (paths relative to `root`); returns
+    that list (name -> digest), so a reader loads only files it vouches for."""
     raw = (table.schema.metadata or {}).get(FILES_KEY)
     try:
         listed = json.loads(raw) if raw is not None else None
@@ -120,4 +121,5 @@ def verify_files(table: Any, root: Path, tokens: Path) -> None:
             raise ChecksumError(f"{f}: missing (listed in {tokens}); rebuild the dataset")
         if file_digest(f) != digest:
             raise ChecksumError(f"{f}: checksum mismatch with {tokens}, the file is corrupt; restore or rebuild the dataset")
+    return listed
 

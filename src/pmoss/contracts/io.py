@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import pydantic
 import yaml
 
-from pmoss.contracts.errors import ContractError
+from pmoss.contracts.errors import ContractError, PmossError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -117,25 +119,68 @@ def validate_model(cls: type[M], data: Any, source: str) -> M:
         raise ContractError(f"{source}: field '{field}': {msg}") from e
 
 
+# The file system's refusals of a write, as the one-line error says them.
+WRITE_FAILURES = {
+    errno.ENOSPC: "disk full (ENOSPC)",
+    errno.EDQUOT: "disk quota exceeded (EDQUOT)",
+    errno.EROFS: "read-only file system (EROFS)",
+    errno.EACCES: "permission denied (EACCES)",
+    errno.EPERM: "operation not permitted (EPERM)",
+}
+
+
+class OutputError(PmossError):
+    """An output cannot be written (disk full, read-only, no permission); nothing partial is left."""
+
+
+def write_failure(e: OSError, path: Path | str | None, clean: bool = True) -> OutputError | None:
+    """The one-line error for a refused write of `path` (None: the file the OSError names), or
+    None when `e` is not such a refusal (a bug, a missing input: those keep their traceback).
+    pyarrow raises OSError(errno, text) without a file name, hence `path`. `clean`: the writer
+    removed what it had started, and the message says so."""
+    reason = WRITE_FAILURES.get(e.errno or 0)
+    if reason is None:
+        return None
+    where = path if path is not None else (e.filename or "an output")
+    fix = "free some space there" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
+    return OutputError(f"{where}: cannot write, {reason}; {fix} or write elsewhere" + (" (nothing partial was left)" if clean else ""))
+
+
+@contextmanager
+def writing(path: Path | str) -> Iterator[None]:
+    """Turn the file system refusing a write under `path` into an OutputError naming it."""
+    try:
+        yield
+    except OSError as e:
+        error = write_failure(e, path)
+        if error is None:
+            raise
+        raise error from e
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via temp file + rename so a reader never sees a half-written file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def model_text(model: pydantic.BaseModel, suffix: str) -> str:
+    """A contract as the text of a file with this suffix: JSON for .json, else YAML."""
+    data = model.model_dump(mode="json")
+    return json.dumps(data, indent=1) + "\n" if suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
 
 
 def dump_model(model: pydantic.BaseModel, path: Path) -> None:
-    data = model.model_dump(mode="json")
-    path = Path(path)
-    text = json.dumps(data, indent=1) + "\n" if path.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
-    atomic_write_text(path, text)
+    atomic_write_text(Path(path), model_text(model, Path(path).suffix))
 
 
 def _one_line(e: Exception) -> str:

@@ -7,76 +7,92 @@ error names the field.
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PositiveFloat,
-    PositiveInt,
     model_validator,
 )
 
 from pmoss.contracts.io import dump_model, load_model
+from pmoss.contracts.limits import MAX_CPUS, MAX_NODES
 
 MACHINE_SCHEMA_VERSION = 1
 
 Vendor = Literal["intel", "amd", "arm", "ibm", "other"]
 
 
+# Numbers are strict (a YAML `true` is no number, though pydantic would read it as 1) and bounded by
+# physics with room to spare, so a typo fails here, naming the field, not as an overflow or a huge
+# array in the machine model.
+CpuId = Annotated[int, Field(strict=True, ge=0, lt=MAX_CPUS)]  # also core and L3-domain ids
+NodeId = Annotated[int, Field(strict=True, ge=0, lt=MAX_NODES)]  # also socket ids
+Count = Annotated[int, Field(strict=True, ge=1, le=MAX_NODES)]  # sockets, NUMA nodes
+GBps = Annotated[float, Field(strict=True, gt=0, le=1e5, allow_inf_nan=False)]  # 100 TB/s: beyond any HBM
+Ns = Annotated[float, Field(strict=True, gt=0, le=1e5, allow_inf_nan=False)]  # 100 us: beyond any memory access
+GiB = Annotated[float, Field(strict=True, gt=0, le=1 << 20, allow_inf_nan=False)]  # 1 PiB per node
+
+
+def _size(most: float, default: Any = ...) -> Any:
+    """A cache size: a strict positive number of at most `most`."""
+    return Field(default, strict=True, gt=0, le=most, allow_inf_nan=False)
+
+
 class Cpu(BaseModel):
     """One logical CPU and where it sits."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    cpu: int = Field(ge=0)
-    socket: int = Field(ge=0)
-    node: int = Field(ge=0)
-    l3_domain: int = Field(ge=0)  # CPUs sharing one L3 slice have the same id, machine-wide
-    core: int = Field(ge=0)  # physical core id, machine-wide
-    smt_sibling_of: int | None = None  # the first logical CPU of this core, None for that one
+    cpu: CpuId
+    socket: NodeId
+    node: NodeId
+    l3_domain: CpuId  # CPUs sharing one L3 slice have the same id, machine-wide
+    core: CpuId  # physical core id, machine-wide
+    smt_sibling_of: CpuId | None = None  # the first logical CPU of this core, None for that one
 
 
 class Caches(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    l1d_kib: PositiveFloat  # per core
-    l2_kib: PositiveFloat  # per core
-    l3_mib: PositiveFloat  # per L3 domain
-    l4_mib: float | None = None  # e.g. POWER8 Centaur buffer chips, per node
+    l1d_kib: float = _size(4096)  # per core (today's largest: 192 KiB)
+    l2_kib: float = _size(65536)  # per core (today's largest: a few MiB)
+    l3_mib: float = _size(65536)  # per L3 domain (today's largest: ~100 MiB)
+    l4_mib: float | None = _size(1 << 20, None)  # e.g. POWER8 Centaur buffer chips, per node; None: none
 
 
 class Link(BaseModel):
     """A socket interconnect link (UPI, QPI, xGMI, X-Bus...)."""
 
     model_config = ConfigDict(extra="forbid")
-    a: int = Field(ge=0)  # socket
-    b: int = Field(ge=0)  # socket
-    gbps: PositiveFloat  # per direction, GB/s
+    a: NodeId  # socket
+    b: NodeId  # socket
+    gbps: GBps  # per direction, GB/s
 
 
 class Machine(BaseModel):
     """A host's topology and physics. Derived views (workers, tile layout) are cached properties."""
 
     model_config = ConfigDict(extra="forbid")
-    schema_version: int = MACHINE_SCHEMA_VERSION
+    schema_version: int = Field(MACHINE_SCHEMA_VERSION, strict=True, ge=1)
     name: str = Field(min_length=1)
     vendor: Vendor
     model: str = ""  # e.g. "AMD EPYC 7543"
     source: str = ""  # where the numbers come from (spec sheet, sysfs, measurement)
-    sockets: PositiveInt
-    numa_nodes: PositiveInt
-    cpus: list[Cpu] = Field(min_length=1)
+    sockets: Count
+    numa_nodes: Count
+    cpus: list[Cpu] = Field(min_length=1, max_length=MAX_CPUS)
     caches: Caches
-    node_memory_gib: list[float] | None = None  # per node, None when unknown
-    mem_bandwidth_gbps: list[PositiveFloat]  # per node
-    local_latency_ns: PositiveFloat
-    distance: list[list[PositiveFloat]]  # node x node
+    node_memory_gib: list[GiB] | None = None  # per node, None when unknown
+    mem_bandwidth_gbps: list[GBps]  # per node
+    local_latency_ns: Ns
+    distance: list[list[Ns]]  # node x node: ns, or SLIT (10 = local)
     distance_unit: Literal["ns", "slit"] = "ns"
-    links: list[Link] = []
-    freq_ghz: PositiveFloat
-    reserved_cpus: list[int] = []  # router and sweeper CPUs, never given a slice
+    links: list[Link] = Field([], max_length=MAX_NODES * MAX_NODES)
+    freq_ghz: float = Field(strict=True, gt=0, le=20, allow_inf_nan=False)
+    reserved_cpus: list[CpuId] = []  # router and sweeper CPUs, never given a slice
 
     @model_validator(mode="after")
     def _check(self) -> Machine:
@@ -84,7 +100,7 @@ class Machine(BaseModel):
             raise ValueError(f"schema_version {self.schema_version} is newer than this pmoss ({MACHINE_SCHEMA_VERSION})")
         ids = [c.cpu for c in self.cpus]
         if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
+            dup = next(i for i, n in Counter(ids).items() if n > 1)
             raise ValueError(f"cpus: cpu {dup} is listed more than once (every CPU must be in exactly one node)")
         for c in self.cpus:
             if c.node >= self.numa_nodes:

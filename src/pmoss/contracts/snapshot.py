@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from pmoss.contracts.checksum import stamp_table, verify_table
 from pmoss.contracts.errors import ContractError, brief
+from pmoss.contracts.io import writing
 
 SNAPSHOT_SCHEMA_VERSION = 1
 SOURCES = ("real", "sim", "legacy")
@@ -127,17 +128,18 @@ def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     """Temp file + fsync + rename: a crash never leaves a partial file under `path`. The file carries
     its content checksum (contracts/checksum.py), verified by `read_raw_file`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(stamp_table(table), tmp, compression="zstd")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            pq.write_table(stamp_table(table), tmp, compression="zstd")
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)  # pyarrow removes the file it failed to write itself
+            raise
 
 
 def raw_files(path: Path) -> list[Path]:

@@ -24,7 +24,8 @@ import typer
 
 from pmoss.contracts.checksum import file_digest, stamp_table, verify_files, verify_table
 from pmoss.contracts.errors import ContractError, brief
-from pmoss.contracts.machine import Machine, load_machine, save_machine
+from pmoss.contracts.io import model_text, writing
+from pmoss.contracts.machine import Machine, load_machine
 from pmoss.contracts.snapshot import (
     check_file,
     raw_files,
@@ -78,20 +79,22 @@ def build(raw: list[Path], output: Path, val: float, test: float, machines_dir: 
         raise ContractError(f"{', '.join(map(str, raw))}: no episode of a schedule kind with per-slice groups to learn from")
     stats = compute_stats(table)
     manifest = _manifest(table, raw, val, test, holdout or Holdout())
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
-    try:
-        (tmp / "stats.json").write_text(stats.to_json())
-        (tmp / "dataset.json").write_text(json.dumps(manifest, indent=1))
-        for name, m in machines.items():
-            save_machine(m, tmp / "machines" / f"{name}.yaml")
-        write_tokens(table, tmp)
-        if output.exists():
-            shutil.rmtree(output)
-        tmp.rename(output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with writing(output):  # disk full or read-only: one line naming the output, no partial directory left
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
+        try:
+            (tmp / "stats.json").write_text(stats.to_json())
+            (tmp / "dataset.json").write_text(json.dumps(manifest, indent=1))
+            (tmp / "machines").mkdir()
+            for name, m in machines.items():  # the directory is the unit written atomically: plain writes inside it
+                (tmp / "machines" / f"{name}.yaml").write_text(model_text(m, ".yaml"))
+            write_tokens(table, tmp)
+            if output.exists():
+                shutil.rmtree(output)
+            tmp.rename(output)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return stats
 
 
@@ -154,9 +157,13 @@ def load_tokens(path: Path) -> tuple[pa.Table, Stats, dict[str, Machine]]:
     if (table.schema.metadata or {}).get(b"pmoss.schema") != b"tokens":
         raise ContractError(f"{tokens}: not a P-MOSS tokens file")
     verify_table(table, tokens)
-    verify_files(table, path, tokens)
+    listed = verify_files(table, path, tokens)
     stats = Stats.from_json((path / "stats.json").read_text(), source=str(path / "stats.json"))
-    machines = {p.stem: load_machine(p) for p in sorted((path / "machines").glob("*.yaml"))}
+    found = sorted((path / "machines").glob("*.yaml"))
+    stray = [p for p in found if p.relative_to(path).as_posix() not in listed]
+    if stray:  # a descriptor added after the build has no checksum to check it against
+        raise ContractError(f"{stray[0]}: not part of the dataset (no checksum in {tokens}); remove it, or rebuild the dataset with it (--machines)")
+    machines = {p.stem: load_machine(p) for p in found}
     return table.cast(TOKENS_SCHEMA), stats, machines
 
 

@@ -51,12 +51,13 @@ def train_on_ray(data: Path, output: Path, cfg: Any, init: Path | None = None, a
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from pmoss.learn.train import mlflow_logger, prepare, write_bundle
+    from pmoss.learn.train import mlflow_logger, prepare, resume_checkpoint, write_bundle
 
     if not ray.is_initialized():
         ray.init()
     output, data = output.resolve(), data.resolve()
     stats, model_cfg, _ = prepare(data, cfg, init, algo)  # fail fast on the driver
+    resume_checkpoint(output)
     logger = mlflow_logger(experiment, f"{algo}-{output.name}-ray{workers}")
     resources = worker_resources(workers, cpus_per_worker)
     config = {"data": str(data), "output": str(output), "cfg": cfg.model_dump(), "init": str(init.resolve()) if init else None, "algo": algo,

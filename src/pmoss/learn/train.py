@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import warnings
+import zipfile
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -25,7 +26,7 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 
-from pmoss.contracts.errors import PmossError
+from pmoss.contracts.errors import PmossError, brief
 from pmoss.contracts.io import atomic_write_text
 from pmoss.data.dataset import load_tokens
 from pmoss.data.state import as_tensors, machine_arrays, pad_of
@@ -301,19 +302,30 @@ LOSS_CURVES = {"train": "train-loss.csv", "val": "val-loss.csv"}  # next to the 
 
 def loss_curve_callback(output: Path, every: int):
     """Records train loss every `every` steps and val loss at each validation into
-    `output/{train,val}-loss.csv` (columns step,<stage>_loss; a resumed run keeps its earlier
-    steps), so `dvc plots diff` can compare the curves of experiments."""
+    `output/{train,val}-loss.csv` (columns step,<stage>_loss), so `dvc plots diff` can compare the
+    curves of experiments. A resumed run keeps its earlier steps, also after a crash (no
+    on_train_end): the rows travel in every checkpoint (the callback's state) and the files are
+    rewritten at every checkpoint and validation (a checkpoint is saved before the validation of
+    its step, whose row only the file then holds)."""
     L = _lightning()
 
     class LossCurve(L.Callback):
         def __init__(self) -> None:
             self.rows: dict[str, list[tuple[int, float]]] = {stage: [] for stage in LOSS_CURVES}
 
+        def state_dict(self) -> dict[str, Any]:
+            return {"rows": {stage: [list(r) for r in rows] for stage, rows in self.rows.items()}}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            self.rows = {stage: [(int(a), float(b)) for a, b in state_dict["rows"].get(stage, [])] for stage in LOSS_CURVES}
+
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            for stage, name in LOSS_CURVES.items():  # resuming: keep each curve up to the restored step
+            for stage, name in LOSS_CURVES.items():  # resuming: each curve up to the restored step, from checkpoint and file
+                rows = dict(self.rows[stage])
                 if (output / name).exists():
                     pairs = (line.split(",") for line in (output / name).read_text().splitlines()[1:])
-                    self.rows[stage] = [(int(a), float(b)) for a, b in pairs if int(a) <= trainer.global_step]
+                    rows = {int(a): float(b) for a, b in pairs} | rows
+                self.rows[stage] = sorted((a, b) for a, b in rows.items() if a <= trainer.global_step)
 
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
             loss = trainer.callback_metrics.get("train/loss")
@@ -324,8 +336,15 @@ def loss_curve_callback(output: Path, every: int):
             loss = trainer.callback_metrics.get("val/loss")
             if loss is not None and not trainer.sanity_checking:
                 self.rows["val"].append((trainer.global_step, float(loss)))
+                self._write(trainer)
+
+        def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+            self._write(trainer)
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            self._write(trainer)
+
+        def _write(self, trainer: Any) -> None:
             if trainer.is_global_zero:
                 for stage, name in LOSS_CURVES.items():
                     body = "".join(f"{step},{loss:.6g}\n" for step, loss in self.rows[stage])
@@ -380,9 +399,28 @@ def fit(data: Path, output: Path, cfg: TrainConfig, init: Path | None, algo: str
     learner = build_learner(build_algorithm(algo, model_cfg, cfg, base.state_dict if base else None))
     dm = build_datamodule(data, cfg, stats, algo, shuffle_returns)
     trainer = make_trainer(cfg, output, logger, progress, ray=ray, stop_after=stop_after)
-    last = output / "checkpoints" / "last.ckpt"
-    trainer.fit(learner, datamodule=dm, ckpt_path=str(last) if last.exists() else None)
+    last = resume_checkpoint(output)
+    trainer.fit(learner, datamodule=dm, ckpt_path=str(last) if last else None)
     return learner, trainer, stats, model_cfg
+
+
+def resume_checkpoint(output: Path) -> Path | None:
+    """`output/checkpoints/last.ckpt` when a run left one to resume from. A damaged one (truncated
+    by a kill or a full disk while it was written) is named with the command that clears it,
+    instead of failing deep inside Lightning: torch writes checkpoints as zip archives with a
+    CRC per member, so reading the archive whole finds a truncated or changed one."""
+    last = output / "checkpoints" / "last.ckpt"
+    if not last.exists():
+        return None
+    try:
+        with zipfile.ZipFile(last) as archive:
+            bad = archive.testzip()
+        problem = f"member {bad} fails its CRC" if bad else None
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        problem = brief(e)
+    if problem:
+        raise TrainError(f"{last}: damaged checkpoint, cannot resume ({problem}); `rm {last}` to train from step 0, or restore it")
+    return last
 
 
 def mlflow_logger(experiment: str, run_name: str, run_id: str | None = None):
@@ -397,6 +435,7 @@ def train(data: Path, output: Path, cfg: TrainConfig, init: Path | None = None, 
           shuffle_returns: int | None = None, stop_after: int | None = None) -> Bundle:  # fmt: skip
     """Train (or fine-tune from `init`) and write `output/model.pt`; resumes from `output/checkpoints/last.ckpt`."""
     prepare(data, cfg, init, algo)  # data, --init and --algo checked (checksums included) before MLflow is set up
+    resume_checkpoint(output)  # and the checkpoint a rerun resumes from
     logger = mlflow_logger(experiment, f"{algo}-{output.name}")
     learner, trainer, stats, model_cfg = fit(data, output, cfg, init, algo, logger, progress, shuffle_returns=shuffle_returns, stop_after=stop_after)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
