@@ -85,3 +85,16 @@ def test_sparse_schedule_path_matches_dense():
     dense, sparse = schedule_path(groups, feats, share, m), schedule_path(groups, feats, share, m, sparse_groups(arrays.member))
     for a, b in zip(dense, sparse, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_decoder_is_extend_bit_for_bit():
+    """The rollout's functional decoder returns extend's bits, step by step (the same kernels, no module dispatch)."""
+    model = DecisionTransformer(DTConfig(n_layer=2, n_head=2, n_embd=32, dropout=0.1)).eval()
+    a, b = model.new_caches(2, 16), model.new_caches(2, 16)
+    decode = model.decoder()
+    with torch.inference_mode():
+        for t, x in enumerate(torch.randn(5, 2, 3, 32)):
+            x = x[:, :1] if t == 0 else x
+            assert torch.equal(model.extend(x, a), decode(x, b)), t
+    with pytest.raises(AssertionError, match="eval mode"):
+        model.train().decoder()

@@ -95,7 +95,7 @@ def rollout(
     cap = cap or math.ceil(N / machine.n_workers)
     gen = torch.Generator().manual_seed(seed)
     state = RunningState(m, torch.as_tensor(feats), torch.as_tensor(share, dtype=torch.float32), sparse)
-    caches = model.new_caches(batch, 1 + 3 * N)
+    caches, decode = model.new_caches(batch, 1 + 3 * N), model.decoder()
     algo_of(bundle)  # a bundle of an unknown algorithm fails here, not with a wrong schedule
     # Return-to-go before each slice, [N]: the target minus the snapshot's load share already placed,
     # a float32 running total (bc/cql models ignore it: use_return=False).
@@ -113,7 +113,7 @@ def rollout(
     for t in range(N):
         summary, groups = state.features()  # [B, 1, S], [B, 1, G, D]
         x = torch.cat([x, model.step_tokens(rtg_seq[t].expand(batch, 1), summary, None)], dim=1)  # + rtg_t, state_t
-        h = model.extend(x, caches)[:, -1:]  # [B, 1, E] at state_t
+        h = decode(x, caches)[:, -1:]  # [B, 1, E] at state_t
         added = sparse.inv_size * float(share[t] * machine.n_workers)  # [G] slice t's load on each member of each group
         after, after_load = busy.after(added)  # [B, G] busiest member's slices and load with slice t added
         blocked = ~valid | (after > cap + 1e-6) | (after_load > lcap + 1e-6)
