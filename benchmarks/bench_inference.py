@@ -10,7 +10,8 @@ runs it: the inference a critic-ranked version costs, scoring included.
 
 Baselines, same run: the same rollout without the KV cache (a full-context forward per slice), and
 the rollout before issue #39 (tests/dense_rollout.py: dense [groups x workers] state per step),
-greedy and as dt-critic serves it. Peak memory: a fresh process's max RSS over one rollout.
+greedy and as dt-critic serves it. Peak memory: how far one call raises a fresh process's peak RSS
+(`--peak greedy|dense|served` prints just that).
 Uses the paper's reference model size (6 layers, 8 heads, 128 dims) with random weights: speed
 does not depend on what the weights learned.
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import resource
 import subprocess
 import sys
 import statistics
@@ -120,14 +120,14 @@ def before_39(fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def peak_mib(what: str) -> float:
-    """Max RSS growth (MiB) over one call in a fresh process: `what` = greedy | dense | served, at 2,048 slices on 1,024 workers."""
-    out = subprocess.run([sys.executable, __file__, "--peak", what], capture_output=True, text=True, check=True, timeout=3600)
+def peak_mib(what: str, threads: int = 1) -> float:
+    """Peak RSS growth (MiB) over one call in a fresh process (VmHWM reset before it): `what` = greedy | dense | served, at 2,048 slices on 1,024 workers."""
+    out = subprocess.run([sys.executable, __file__, "--peak", what, "--threads", str(threads)], capture_output=True, text=True, check=True, timeout=3600)
     return float(out.stdout.split()[-1])
 
 
-def _peak_child(what: str) -> None:
-    torch.set_num_threads(1 if what != "served" else THREADS)
+def _peak_child(what: str, threads: int) -> None:
+    torch.set_num_threads(1 if what != "served" else threads)
     torch.manual_seed(0)
     b = bundle_for(machine_64())
     model, big = b.model(), machine_1024()
@@ -135,9 +135,16 @@ def _peak_child(what: str) -> None:
     call = {"greedy": lambda: rollout(b, big, row, model=model), "dense": lambda: dense_rollout(b, big, row, model=model),
             "served": lambda: propose(served_bundle(b, machine_64(), "critic-tiny.yaml", row), big, row, **served_settings())}[what]  # fmt: skip
     machine_arrays(big)  # the cached group list, built before the measurement as a server has it
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS (VmHWM) to the current RSS (Linux >= 4.0)
+    before = _status_kib("VmRSS")
     call()
-    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)  # ru_maxrss is KiB on Linux
+    print((_status_kib("VmHWM") - before) / 1024)
+
+
+def _status_kib(field: str) -> int:
+    """A memory figure of this process from /proc/self/status, KiB."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field + ":"))
+    return int(line.split()[1])
 
 
 def critic_of(m: Machine, config: str) -> Bundle:
@@ -165,11 +172,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="skip the slow uncached baseline (keeps the inference_rollout_256 record) and the dense peak")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of today's and the pre-#39 rollout (medians reported); the 2,048-slice dense baseline runs once")
-    ap.add_argument("--peak", choices=["greedy", "dense", "served"], help=argparse.SUPPRESS)  # the child process of peak_mib
+    ap.add_argument("--threads", type=int, default=THREADS, help="torch threads of the served (dt-critic) runs (default: torch's default, as `pmoss schedule`); 1 on a host with more runnable processes than cores, where 2 threads stall on each other")
+    ap.add_argument("--peak", choices=["greedy", "dense", "served"], help="only print the peak RSS growth (MiB) of one such call at 2,048 slices on 1,024 workers (what peak_mib runs in a fresh process)")
     args = ap.parse_args()
     if args.peak:
-        return _peak_child(args.peak)
-    quick, rounds = args.quick, args.rounds
+        return _peak_child(args.peak, args.threads)
+    quick, rounds, threads = args.quick, args.rounds, args.threads
     med = statistics.median
     torch.set_num_threads(1)  # small per-token ops: threads cost more than they give
     torch.manual_seed(0)  # the same random weights every run, so the chosen actions (and their cost) repeat
@@ -180,13 +188,16 @@ def main() -> None:
     small = interleaved({"new": lambda: rollout(b, m, row, model=model), "before": lambda: dense_rollout(b, m, row, model=model)}, rounds)
     cached = med(small["new"])
     small_extra = {"before_39_s": med(small["before"]), "vs_before_39": med([a / c for a, c in zip(small["new"], small["before"], strict=True)]), "rounds": rounds}
+    write_record("inference_rollout_256_before_39", "rollout time (greedy, 256 slices, 64 workers, 6L/8H/128D)", cached, "s",
+                 "the rollout before issue #39 (tests/dense_rollout.py, same run, interleaved, medians)", small_extra["before_39_s"],
+                 ratio_of_medians_per_round=small_extra["vs_before_39"], rounds=rounds)  # fmt: skip
     if not quick:  # --quick keeps the last full record: its baseline is the slow part
         uncached = best_time(lambda: rollout_uncached(b, m, row, model), repeat=1)
         write_record("inference_rollout_256", "rollout time (greedy, 256 slices, 64 workers, 6L/8H/128D)", cached, "s",
                      "same rollout without KV cache", uncached, target_s=1.0, meets_target=cached <= 1.0, **small_extra)  # fmt: skip
     # dt-critic as `pmoss schedule`/`serve` run it: torch's default threads (the batch of 17 rollouts
     # gains from both cores, unlike the batch-1 greedy rollout above).
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(threads)
     settings = served_settings()
     k = settings["k"]
     for name, size, policy, config in (("inference_dt_critic_256", "6L/8H/128D", b, "critic-tiny.yaml"),
@@ -195,7 +206,7 @@ def main() -> None:
         t = interleaved({"new": lambda: propose(paired, m, row, **settings), "before": before_39(lambda: propose(paired, m, row, **settings))}, rounds)  # type: ignore[arg-type]  # noqa: B023
         ranked = med(t["new"])
         critics = f"{1 + len(paired.critic.members)} x 2L critic" if paired.critic.members else "2L critic"
-        write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + {critics}, training/{config}, {THREADS} threads)", ranked, "s",
+        write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + {critics}, training/{config}, {threads} threads)", ranked, "s",
                      "greedy rollout of the 6L/8H/128D policy (same run, 1 thread)", cached, target_s=0.5, meets_target=ranked <= 0.5,
                      before_39_s=med(t["before"]), vs_before_39=med([a / c for a, c in zip(t["new"], t["before"], strict=True)]), rounds=rounds)  # fmt: skip
     torch.set_num_threads(1)
@@ -210,12 +221,12 @@ def main() -> None:
     write_record("inference_rollout_1024_workers", f"rollout time (greedy, {n_big} slices, 16 nodes x 64 workers, 6L/8H/128D)", big_t, "s",
                  "the rollout before issue #39 (tests/dense_rollout.py, same run, once)", dense_big, groups=len(machine_arrays(big).group_node),
                  target_s=1.0, meets_target=big_t <= 1.0, rollout_256_s=cached, rounds=len(new_big), **peaks)  # fmt: skip
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(threads)
     paired = served_bundle(b, m, "critic-tiny.yaml", row_big)
     served = [best_time(lambda: propose(paired, big, row_big, **settings), repeat=1) for _ in range(rounds)]  # type: ignore[arg-type]
-    write_record("inference_dt_critic_1024_workers", f"dt-critic best-of-{k} + heuristics, critic-ranked ({n_big} slices, 16 nodes x 64 workers, 6L/8H/128D + 2L critic, training/critic-tiny.yaml, {THREADS} threads)",
+    write_record("inference_dt_critic_1024_workers", f"dt-critic best-of-{k} + heuristics, critic-ranked ({n_big} slices, 16 nodes x 64 workers, 6L/8H/128D + 2L critic, training/critic-tiny.yaml, {threads} threads)",
                  med(served), "s", "greedy rollout, same size (same run, 1 thread)", big_t, target_s=2.0, meets_target=med(served) <= 2.0,
-                 rounds=rounds, peak_rss_mib=peak_mib("served"))  # fmt: skip
+                 rounds=rounds, peak_rss_mib=peak_mib("served", threads))  # fmt: skip
 
 
 if __name__ == "__main__":
