@@ -1,13 +1,17 @@
 """Inference speed: one 256-slice rollout on a 64-core descriptor (issue target: <= 1 s on 2 cores),
-and on a 16-node x 64-worker one (the largest machine a model must schedule without retraining),
-and dt-critic's best-of-K as served (K = params.yaml's critic.serve_k: greedy + K samples in one
-batched rollout, the group heuristics, one critic pass) on the same 256 slices, for the paper-size policy and the grid's (dt-grid.yaml), at
-torch's default threads as `pmoss schedule` runs it: the inference a critic-ranked version costs,
-scoring included.
+and 2,048 slices on a 16-node x 64-worker one (the largest machine a model must schedule without
+retraining; issue #39 target <= 1 s), and dt-critic's best-of-K as served (K = params.yaml's
+critic.serve_k: greedy + K samples in one batched rollout, the group heuristics, one critic pass) on
+the same 256 slices (target <= 0.5 s) and on the 1,024 workers (target <= 2 s), for the paper-size
+policy (and at 256 slices the grid's, dt-grid.yaml), at torch's default threads as `pmoss schedule`
+runs it: the inference a critic-ranked version costs, scoring included.
 
     .venv/bin/python benchmarks/bench_inference.py [--quick]   # --quick skips the slow uncached baseline (keeps that record)
 
-Baseline, same run: the same rollout without the KV cache (a full-context forward per slice).
+Baselines, same run: the same rollout without the KV cache (a full-context forward per slice), and
+the rollout before issue #39 (tests/dense_rollout.py: dense [groups x workers] state per step),
+greedy and as dt-critic serves it. Peak memory: how far one call raises a fresh process's peak RSS
+(`--peak greedy|dense|served` prints just that).
 Uses the paper's reference model size (6 layers, 8 heads, 128 dims) with random weights: speed
 does not depend on what the weights learned.
 """
@@ -16,6 +20,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import subprocess
+import sys
+import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +42,10 @@ from pmoss.learn.rollout import propose, rollout, snapshot_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "params.yaml"
+sys.path.insert(0, str(ROOT / "tests"))
+from dense_rollout import dense_rollout  # noqa: E402  the rollout before issue #39, frozen there for its equality test
+
+import pmoss.learn.rollout as rollout_module  # noqa: E402
 
 N = 256
 THREADS = torch.get_num_threads()  # torch's default here, before main() pins 1 for the batch-1 rollouts
@@ -86,49 +98,135 @@ def _row(m: Machine, n: int, rng: np.random.Generator) -> dict:
             "imc_read_bytes": None, "imc_write_bytes": None, "link_in_bytes": None, "link_out_bytes": None}  # fmt: skip
 
 
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """Wall times of each function, called in turn `rounds` times (old and new share the machine's load)."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            times[k].append(best_time(fn, repeat=1))
+    return times
+
+
+def before_39(fn: Callable[[], object]) -> Callable[[], object]:
+    """`fn` run with the pre-#39 rollout wherever pmoss.learn.rollout calls `rollout` (propose, candidate_pool)."""
+
+    def run() -> object:
+        saved, rollout_module.rollout = rollout_module.rollout, dense_rollout
+        try:
+            return fn()
+        finally:
+            rollout_module.rollout = saved
+
+    return run
+
+
+def peak_mib(what: str, threads: int = 1) -> float:
+    """Peak RSS growth (MiB) over one call in a fresh process (VmHWM reset before it): `what` = greedy | dense | served, at 2,048 slices on 1,024 workers."""
+    out = subprocess.run([sys.executable, __file__, "--peak", what, "--threads", str(threads)], capture_output=True, text=True, check=True, timeout=3600)
+    return float(out.stdout.split()[-1])
+
+
+def _peak_child(what: str, threads: int) -> None:
+    torch.set_num_threads(1 if what != "served" else threads)
+    torch.manual_seed(0)
+    b = bundle_for(machine_64())
+    model, big = b.model(), machine_1024()
+    row = _row(big, 2048, np.random.default_rng(1))
+    call = {"greedy": lambda: rollout(b, big, row, model=model), "dense": lambda: dense_rollout(b, big, row, model=model),
+            "served": lambda: propose(served_bundle(b, machine_64(), "critic-tiny.yaml", row), big, row, **served_settings())}[what]  # fmt: skip
+    machine_arrays(big)  # the cached group list, built before the measurement as a server has it
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS (VmHWM) to the current RSS (Linux >= 4.0)
+    before = _status_kib("VmRSS")
+    call()
+    print((_status_kib("VmHWM") - before) / 1024)
+
+
+def _status_kib(field: str) -> int:
+    """A memory figure of this process from /proc/self/status, KiB."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field + ":"))
+    return int(line.split()[1])
+
+
+def critic_of(m: Machine, config: str) -> Bundle:
+    """The critic a training config builds (its shape, token layout and ensemble size), random weights."""
+    cfg = yaml.safe_load((ROOT / "training" / config).read_text())
+    shape = {k: v for k, v in cfg["model"].items() if k != "dropout"}
+    critic = bundle_for(m, use_return=False, value_head=True, **shape)
+    critic.info["algo"] = "critic"
+    critic.members = [dataclasses.replace(critic) for _ in range(cfg.get("critic", {}).get("members", 1) - 1)]  # one value pass each
+    return critic
+
+
+def served_bundle(policy: Bundle, m: Machine, config: str, row: dict) -> Bundle:
+    """dt-critic as the pipeline attaches it: the policy, the critic, the cell's measured history (attach-critic --history)."""
+    history = {"weight": 0.5, "cells": {f"{m.name}|{row['workload']}": {"greedy": 0.95, "sample": 0.96, "sn-hot": 0.8, "sn-numa": 0.7}}}
+    return Bundle(policy.config, policy.stats, policy.state_dict, {"algo": "dt", "history": history}, critic_of(m, config))
+
+
+def served_settings() -> dict:
+    k = int(yaml.safe_load(PARAMS.read_text())["critic"]["serve_k"])  # what dt-critic serves
+    return {"mode": "best-of-k", "k": k, "scorer": "critic", "candidates": "samples+heuristics"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="skip the slow uncached baseline (keeps the inference_rollout_256 record)")
-    quick = ap.parse_args().quick
+    ap.add_argument("--quick", action="store_true", help="skip the slow uncached baseline (keeps the inference_rollout_256 record) and the dense peak")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of today's and the pre-#39 rollout (medians reported); the 2,048-slice dense baseline runs once")
+    ap.add_argument("--threads", type=int, default=THREADS, help="torch threads of the served (dt-critic) runs (default: torch's default, as `pmoss schedule`); 1 on a host with more runnable processes than cores, where 2 threads stall on each other")
+    ap.add_argument("--peak", choices=["greedy", "dense", "served"], help="only print the peak RSS growth (MiB) of one such call at 2,048 slices on 1,024 workers (what peak_mib runs in a fresh process)")
+    args = ap.parse_args()
+    if args.peak:
+        return _peak_child(args.peak, args.threads)
+    quick, rounds, threads = args.quick, args.rounds, args.threads
+    med = statistics.median
     torch.set_num_threads(1)  # small per-token ops: threads cost more than they give
     torch.manual_seed(0)  # the same random weights every run, so the chosen actions (and their cost) repeat
     m = machine_64()
     b = bundle_for(m)
     model = b.model()
     row = _row(m, N, np.random.default_rng(0))
-    cached = best_time(lambda: rollout(b, m, row, model=model), repeat=3)
+    small = interleaved({"new": lambda: rollout(b, m, row, model=model), "before": lambda: dense_rollout(b, m, row, model=model)}, rounds)
+    cached = med(small["new"])
+    small_extra = {"before_39_s": med(small["before"]), "vs_before_39": med([a / c for a, c in zip(small["new"], small["before"], strict=True)]), "rounds": rounds}
+    write_record("inference_rollout_256_before_39", "rollout time (greedy, 256 slices, 64 workers, 6L/8H/128D)", cached, "s",
+                 "the rollout before issue #39 (tests/dense_rollout.py, same run, interleaved, medians)", small_extra["before_39_s"],
+                 ratio_of_medians_per_round=small_extra["vs_before_39"], rounds=rounds)  # fmt: skip
     if not quick:  # --quick keeps the last full record: its baseline is the slow part
         uncached = best_time(lambda: rollout_uncached(b, m, row, model), repeat=1)
         write_record("inference_rollout_256", "rollout time (greedy, 256 slices, 64 workers, 6L/8H/128D)", cached, "s",
-                     "same rollout without KV cache", uncached, target_s=1.0, meets_target=cached <= 1.0)  # fmt: skip
+                     "same rollout without KV cache", uncached, target_s=1.0, meets_target=cached <= 1.0, **small_extra)  # fmt: skip
     # dt-critic as `pmoss schedule`/`serve` run it: torch's default threads (the batch of 17 rollouts
     # gains from both cores, unlike the batch-1 greedy rollout above).
-    torch.set_num_threads(THREADS)
-    def critic_of(config: str) -> Bundle:  # the critic a training config builds (its shape, token layout and ensemble size)
-        cfg = yaml.safe_load((ROOT / "training" / config).read_text())
-        shape = {k: v for k, v in cfg["model"].items() if k != "dropout"}
-        critic = bundle_for(m, use_return=False, value_head=True, **shape)
-        critic.info["algo"] = "critic"
-        critic.members = [dataclasses.replace(critic) for _ in range(cfg.get("critic", {}).get("members", 1) - 1)]  # one value pass each
-        return critic
-
-    k = int(yaml.safe_load(PARAMS.read_text())["critic"]["serve_k"])  # what dt-critic serves
-    settings = {"mode": "best-of-k", "k": k, "scorer": "critic", "candidates": "samples+heuristics"}
+    torch.set_num_threads(threads)
+    settings = served_settings()
+    k = settings["k"]
     for name, size, policy, config in (("inference_dt_critic_256", "6L/8H/128D", b, "critic-tiny.yaml"),
                                        ("inference_dt_critic_256_grid", "3L/4H/128D, training/dt-grid.yaml", bundle_for(m, n_layer=3, n_head=4), "critic-grid.yaml")):  # fmt: skip
-        # with the cell's measured history (attach-critic --history), as the pipeline attaches it
-        history = {"weight": 0.5, "cells": {f"{m.name}|{row['workload']}": {"greedy": 0.95, "sample": 0.96, "sn-hot": 0.8, "sn-numa": 0.7}}}
-        paired = Bundle(policy.config, policy.stats, policy.state_dict, {"algo": "dt", "history": history}, critic_of(config))
-        ranked = best_time(lambda: propose(paired, m, row, **settings), repeat=2)  # type: ignore[arg-type]  # noqa: B023
+        paired = served_bundle(policy, m, config, row)
+        t = interleaved({"new": lambda: propose(paired, m, row, **settings), "before": before_39(lambda: propose(paired, m, row, **settings))}, rounds)  # type: ignore[arg-type]  # noqa: B023
+        ranked = med(t["new"])
         critics = f"{1 + len(paired.critic.members)} x 2L critic" if paired.critic.members else "2L critic"
-        write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + {critics}, training/{config}, {THREADS} threads)", ranked, "s",
-                     "greedy rollout of the 6L/8H/128D policy (same run, 1 thread)", cached, target_s=1.0, meets_target=ranked <= 1.0)  # fmt: skip
+        write_record(name, f"dt-critic best-of-{k} + heuristics, critic-ranked (256 slices, 64 workers, {size} + {critics}, training/{config}, {threads} threads)", ranked, "s",
+                     "greedy rollout of the 6L/8H/128D policy (same run, 1 thread)", cached, target_s=0.5, meets_target=ranked <= 0.5,
+                     before_39_s=med(t["before"]), vs_before_39=med([a / c for a, c in zip(t["new"], t["before"], strict=True)]), rounds=rounds)  # fmt: skip
     torch.set_num_threads(1)
     big = machine_1024()
     n_big = 2048  # the slice count default_n_slices gives a 1024-worker machine (2 per worker)
-    big_t = best_time(lambda: rollout(b, big, _row(big, n_big, np.random.default_rng(1)), model=model), repeat=1)
+    row_big = _row(big, n_big, np.random.default_rng(1))
+    new_big = [best_time(lambda: rollout(b, big, row_big, model=model), repeat=1)]
+    dense_big = best_time(lambda: dense_rollout(b, big, row_big, model=model), repeat=1)  # once: ~30 s on a quiet VM
+    new_big += [best_time(lambda: rollout(b, big, row_big, model=model), repeat=1) for _ in range(max(rounds - 1, 1))]
+    big_t = med(new_big)
+    peaks = {"peak_rss_mib": peak_mib("greedy"), **({} if quick else {"before_39_peak_rss_mib": peak_mib("dense")})}
     write_record("inference_rollout_1024_workers", f"rollout time (greedy, {n_big} slices, 16 nodes x 64 workers, 6L/8H/128D)", big_t, "s",
-                 "256 slices on 64 workers (same run)", cached, groups=len(machine_arrays(big).group_node))  # fmt: skip
+                 "the rollout before issue #39 (tests/dense_rollout.py, same run, once)", dense_big, groups=len(machine_arrays(big).group_node),
+                 target_s=1.0, meets_target=big_t <= 1.0, rollout_256_s=cached, rounds=len(new_big), **peaks)  # fmt: skip
+    torch.set_num_threads(threads)
+    paired = served_bundle(b, m, "critic-tiny.yaml", row_big)
+    served = [best_time(lambda: propose(paired, big, row_big, **settings), repeat=1) for _ in range(rounds)]  # type: ignore[arg-type]
+    write_record("inference_dt_critic_1024_workers", f"dt-critic best-of-{k} + heuristics, critic-ranked ({n_big} slices, 16 nodes x 64 workers, 6L/8H/128D + 2L critic, training/critic-tiny.yaml, {threads} threads)",
+                 med(served), "s", "greedy rollout, same size (same run, 1 thread)", big_t, target_s=2.0, meets_target=med(served) <= 2.0,
+                 rounds=rounds, peak_rss_mib=peak_mib("served", threads))  # fmt: skip
 
 
 if __name__ == "__main__":

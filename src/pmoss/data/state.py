@@ -218,8 +218,27 @@ def _path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dic
     return workers, prev, summary, chosen
 
 
-def schedule_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def chosen_means(groups: torch.Tensor, values: torch.Tensor, sparse: SparseGroups) -> torch.Tensor:
+    """What steps < t put on each member of step t's group, the members' mean: groups [B, N], values
+    [B, N, C] (before the split over the group) -> [B, N, C]. Every group's mean kept incrementally,
+    as RunningState does: one step adds to the R groups that share a worker with its group."""
+    B, N, C = values.shape
+    gmean = values.new_zeros(B, sparse.inv_size.shape[0] + 1, C)  # + the scratch group
+    out = values.new_empty(B, N, C)
+    b = torch.arange(B)
+    over, coef = sparse.overlap[groups], sparse.overlap_coef[groups]  # [B, N, R]
+    for t in range(N):
+        out[:, t] = gmean[b, groups[:, t]]
+        gmean.scatter_add_(1, over[:, t, :, None].expand(-1, -1, C), coef[:, t, :, None] * values[:, t, None])
+    return out
+
+
+def schedule_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor],
+                  sparse: SparseGroups | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(summary [B, N, S], chosen group's features [B, N, D]) of whole schedules: the return model's input.
+    sparse (one machine: every row of m the same): the chosen groups' means in O(N x R) instead of
+    the [B, N, N] overlap product, whose N x N x W cost was 43 GFLOP for 10 candidates of 2,048
+    slices on 1,024 workers (issue #39); equal up to float rounding.
 
     The same values as `_path` (up to float rounding) without its worker state [B, N, W, 2+F], which
     only teacher_forced needs (every group's features): what earlier slices put on slice t's group is
@@ -232,37 +251,94 @@ def schedule_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor
     workers = exclusive_cumsum(rows[..., None] * values[:, :, None, :2])  # [B, N, W, 2]: occ, load
     valid = m["m_worker_valid"][:, None, :].to(dt)  # [B, 1, W]
     mean = exclusive_cumsum(values * (rows * valid).sum(-1, keepdim=True)) / valid.sum(-1, keepdim=True)  # [B, N, C]
-    gmean = torch.bmm(torch.bmm(rows, rows.transpose(1, 2)).tril(-1), values)  # [B, N, C]
+    gmean = chosen_means(groups, values, sparse) if sparse is not None else torch.bmm(torch.bmm(rows, rows.transpose(1, 2)).tril(-1), values)  # [B, N, C]
     prev = torch.cat([groups.new_full((B, 1), -1), groups[:, :-1]], 1)
     t = torch.arange(N, device=groups.device).expand(B, N)
     summary = summary_at(workers, share, t, N, m, mean=mean)
     return summary, groups_at(workers, prev, share, m, groups[..., None], gmean=gmean[:, :, None])[:, :, 0]
 
 
-class RunningState:
-    """The state during rollout: starts empty, `place` adds one slice per step. Batched over B."""
+@dataclass(frozen=True)
+class SparseGroups:
+    """One machine's candidate groups as sparse membership, for rollout: per-step work proportional
+    to the sum of group sizes S (at most 4 W: one group per width and worker), not G x W (a dense
+    [G, W] step was 1.2 M entries on a 1024-worker machine, 95 % of a 2,048-slice rollout, issue #39).
+    Index W is a scratch worker and index G a scratch group: padding writes there, nothing reads them."""
 
-    def __init__(self, m: dict[str, torch.Tensor], feats: torch.Tensor, share: torch.Tensor):
-        """m: machine tensors with a batch dim [B, ...]; feats [N, F] and share [N] of the snapshot."""
+    member_worker: torch.Tensor  # [S] every group's workers, group-major
+    member_group: torch.Tensor  # [S] the group of each entry
+    rows: torch.Tensor  # [G, L] each group's workers, padded with W; L = the largest group
+    inv_size: torch.Tensor  # [G] 1/|g| in float32, the value m_member holds on each member
+    overlap: torch.Tensor  # [G, R] the groups sharing a worker with g (g itself included), padded with G
+    overlap_coef: torch.Tensor  # [G, R] |g & h| / (|g| |h|): what one unit spread over g adds to h's member mean
+
+
+def sparse_groups(member: np.ndarray) -> SparseGroups:
+    """The sparse form of a member matrix [G, W] (1/|g| on g's workers, as MachineArrays.member)."""
+    G, W = member.shape
+    g_of, w_of = np.nonzero(member)  # group-major, workers ascending within a group
+    size = np.bincount(g_of, minlength=G)
+    rows = np.full((G, max(int(size.max()), 1)), W, dtype=np.int64)
+    rows[g_of, np.arange(g_of.size) - np.repeat(np.cumsum(size) - size, size)] = w_of
+    # pairs of groups sharing a worker: entries sorted by worker, each paired with its worker's other entries
+    by_w = np.argsort(w_of, kind="stable")
+    gw, ww = g_of[by_w], w_of[by_w]
+    per_w = np.bincount(ww, minlength=W).max()
+    pairs = [np.stack([gw[: gw.size - d], gw[d:]]) [:, ww[: ww.size - d] == ww[d:]] for d in range(1, per_w)]
+    # [2, P]: (g, h) once per shared worker, both orders, and (g, g) once per member of g
+    pairs = np.concatenate([np.stack([g_of, g_of]), *pairs, *[p[::-1] for p in pairs]], axis=1)
+    key, count = np.unique(pairs[0] * G + pairs[1], return_counts=True)  # count = |g & h|
+    g, h = key // G, key % G
+    n_over = np.bincount(g, minlength=G)
+    overlap = np.full((G, max(int(n_over.max()), 1)), G, dtype=np.int64)
+    coef = np.zeros(overlap.shape, dtype=np.float32)
+    col = np.arange(g.size) - np.repeat(np.cumsum(n_over) - n_over, n_over)
+    overlap[g, col] = h
+    coef[g, col] = count / (size[g] * size[h])
+    inv = member.max(1).astype(np.float32)
+    t = torch.from_numpy
+    return SparseGroups(t(w_of), t(g_of), t(rows), t(inv), t(overlap), t(coef))
+
+
+class RunningState:
+    """The state during rollout: starts empty, `place` adds one slice per step. Batched over B.
+
+    Per-worker channels as training builds them (the summary reads them whole: O(W)), and each
+    group's member mean kept incrementally: placing on group a adds |a & h| / (|a| |h|) x the slice's
+    values to every group h that shares a worker with a, O(R) groups, where the dense form re-read
+    all G x W memberships every step. The means differ from that form only by float rounding."""
+
+    def __init__(self, m: dict[str, torch.Tensor], feats: torch.Tensor, share: torch.Tensor, sparse: SparseGroups | None = None):
+        """m: machine tensors with a batch dim [B, ...] (one machine); feats [N, F] and share [N] of the
+        snapshot; sparse: sparse_groups of m's member matrix (built here when not given)."""
         self.m, self.feats, self.share = m, feats, share
+        self.sparse = sparse or sparse_groups(m["m_member"][0].numpy())
         B, W = m["m_worker_node"].shape
+        G, C = m["m_group_node"].shape[1], 2 + feats.shape[1]
         self.N = share.shape[0]
-        self.workers = feats.new_zeros(B, 1, W, 2 + feats.shape[1])
+        self.workers = feats.new_zeros(B, W + 1, C)  # + the scratch worker
+        self.gmean = feats.new_zeros(B, G + 1, C)  # + the scratch group
+        self.idx = torch.arange(G).expand(B, 1, G)
         self.prev = torch.full((B, 1), -1, dtype=torch.long)
         self.t = 0
 
     def features(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(summary [B, 1, S], every group's features [B, 1, G, D]) before slice t."""
-        B = self.workers.shape[0]
+        B, W1, C = self.workers.shape
         share = self.share[self.t].expand(B, 1)
-        summary = summary_at(self.workers, share, torch.full((B, 1), self.t), self.N, self.m)
-        return summary, groups_at(self.workers, self.prev, share, self.m)
+        workers = self.workers[:, None, : W1 - 1]  # [B, 1, W, C]
+        summary = summary_at(workers, share, torch.full((B, 1), self.t), self.N, self.m)
+        return summary, groups_at(workers, self.prev, share, self.m, self.idx, self.gmean[:, None, :-1])
 
     def place(self, groups: torch.Tensor) -> None:
         """groups [B]: the groups given slice t."""
-        B = groups.shape[0]
-        t = self.t
-        inc = worker_increments(groups[:, None], self.feats[t].expand(B, 1, -1), self.share[t].expand(B, 1), self.N, self.m)
-        self.workers = self.workers + inc
+        B, _, C = self.workers.shape
+        sp, t = self.sparse, self.t
+        values = step_values(self.feats[t].expand(B, 1, -1), self.share[t].expand(B, 1), self.N, self.m)[:, 0]  # [B, C]
+        rows = sp.rows[groups]  # [B, L]
+        inc = sp.inv_size[groups][:, None] * values  # [B, C]: what each member gets, as `spread` computes it
+        self.workers.scatter_add_(1, rows[..., None].expand(-1, -1, C), inc[:, None].expand(-1, rows.shape[1], -1))
+        over, coef = sp.overlap[groups], sp.overlap_coef[groups]  # [B, R]
+        self.gmean.scatter_add_(1, over[..., None].expand(-1, -1, C), coef[..., None] * values[:, None])
         self.prev = groups[:, None]
         self.t += 1

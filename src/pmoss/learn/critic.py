@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.schedule import ANY_WORKER_KINDS
-from pmoss.data.state import as_tensors, machine_arrays, schedule_path
+from pmoss.data.state import as_tensors, machine_arrays, schedule_path, sparse_groups
 from pmoss.learn.learner import Algorithm, Batch
 from pmoss.learn.model import DecisionTransformer, DTConfig
 
@@ -93,8 +93,10 @@ def predict_returns(bundle: Bundle, machine: Machine, row: dict[str, Any], sched
     meta, feats = torch.from_numpy(meta_), torch.from_numpy(feats_)
     K = len(schedules)
     groups = torch.as_tensor(np.stack([s.group_index(machine) for s in schedules]), dtype=torch.long)  # [K, N]
-    m = {k: v.unsqueeze(0).expand(K, *v.shape) for k, v in as_tensors(machine_arrays(machine)).items()}
-    summary, chosen = schedule_path(groups, feats.expand(K, *feats.shape), torch.as_tensor(share, dtype=torch.float32).expand(K, -1), m)
+    arrays = machine_arrays(machine)
+    m = {k: v.unsqueeze(0).expand(K, *v.shape) for k, v in as_tensors(arrays).items()}
+    summary, chosen = schedule_path(groups, feats.expand(K, *feats.shape), torch.as_tensor(share, dtype=torch.float32).expand(K, -1), m,
+                                    sparse_groups(arrays.member))  # fmt: skip
     return np.mean([b.model().value(meta.expand(K, -1), summary, chosen).numpy() for b in (bundle, *bundle.members)], axis=0)
 
 

@@ -18,6 +18,7 @@ its features, and the head scores each candidate group from its features and the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -91,20 +92,26 @@ class CausalSelfAttention(nn.Module):
         self.resid_drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
-        if cache is not None and cache.length > 0:  # rollout: new tokens attend to all cached ones, causally among themselves
-            k, v, mask = cache.append(k, v)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if T > 1 else None)
-        else:
-            if cache is not None:
-                cache.append(k, v)
-            # No dropout on attention weights (departure from minGPT): on CPU it forces the math kernel,
-            # which materialises [B, H, T, T] and made a paper-size step 10x slower (docs/model.md).
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # [B, T, C]
-        return self.resid_drop(self.proj(y))
+        return self.resid_drop(self.proj(_attend(self.qkv(x), self.n_head, cache)))
+
+
+def _attend(qkv: torch.Tensor, n_head: int, cache: KVCache | None) -> torch.Tensor:
+    """Causal multi-head attention of the new tokens' [B, T, 3C] queries/keys/values (after the cached
+    ones, if any) -> [B, T, C], before the output projection."""
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    q, k, v = qkv.split(C, dim=2)
+    q, k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
+    if cache is not None and cache.length > 0:  # rollout: new tokens attend to all cached ones, causally among themselves
+        k, v, mask = cache.append(k, v)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if T > 1 else None)
+    else:
+        if cache is not None:
+            cache.append(k, v)
+        # No dropout on attention weights (departure from minGPT): on CPU it forces the math kernel,
+        # which materialises [B, H, T, T] and made a paper-size step 10x slower (docs/model.md).
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+    return y.transpose(1, 2).contiguous().view(B, T, C)  # [B, T, C]
 
 
 class Block(nn.Module):
@@ -226,6 +233,24 @@ class DecisionTransformer(nn.Module):
         for block, cache in zip(self.blocks, caches, strict=True):
             x = block(x, cache)
         return self.ln_f(x)
+
+    def decoder(self) -> Callable[[torch.Tensor, list[KVCache]], torch.Tensor]:
+        """`extend` for inference (eval mode, no grad) as plain functional calls on weights read once:
+        the same kernels on the same inputs, so the same bits, without nn.Module's per-call dispatch
+        (13 module calls a layer, ~30 % of a 6-layer rollout step on this VM, issue #39)."""
+        assert not self.training, "decoder() skips dropout: call it on a model in eval mode"
+        ln = lambda m: (m.normalized_shape, m.weight, m.bias, m.eps)  # noqa: E731
+        layers = [(ln(b.ln1), b.attn.qkv.weight, b.attn.qkv.bias, b.attn.proj.weight, b.attn.proj.bias, ln(b.ln2),
+                   b.mlp[0].weight, b.mlp[0].bias, b.mlp[2].weight, b.mlp[2].bias, b.attn.n_head) for b in self.blocks]  # fmt: skip
+        final = ln(self.ln_f)
+
+        def run(x: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+            for (ln1, wqkv, bqkv, wo, bo, ln2, w1, b1, w2, b2, n_head), cache in zip(layers, caches, strict=True):
+                x = x + F.linear(_attend(F.linear(F.layer_norm(x, *ln1), wqkv, bqkv), n_head, cache), wo, bo)
+                x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, *ln2), w1, b1)), w2, b2)
+            return F.layer_norm(x, *final)
+
+        return run
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

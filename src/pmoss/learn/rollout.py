@@ -21,7 +21,7 @@ import torch
 
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.schedule import LOAD_CAP, Schedule
-from pmoss.data.state import RunningState, as_tensors, machine_arrays
+from pmoss.data.state import RunningState, SparseGroups, as_tensors, machine_arrays, sparse_groups
 from pmoss.data.tokens import normalise_snapshot
 from pmoss.learn.bundle import Bundle
 
@@ -47,6 +47,31 @@ def algo_of(bundle: Bundle) -> str:
     return algo
 
 
+class Busiest:
+    """Each worker's slices and load (the inference caps' bookkeeping) and, per group, its busiest
+    member's with one more slice on the group: one gather and one segment max over the S memberships
+    per step. Exact: a slice adds the same 1/|g| (and load) to every member, so the busiest member
+    after is the busiest before plus that amount, as the dense [G, W] form computed it."""
+
+    def __init__(self, sparse: SparseGroups, batch: int, n_workers: int):
+        self.sparse = sparse
+        self.occ_load = torch.zeros(batch, n_workers + 1, 2)  # slices, load in fair shares (W x the queries' share); + the scratch worker
+        self.segment = sparse.member_group[None, :, None].expand(batch, -1, 2)  # [B, S, 2]
+
+    def after(self, added: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """added [G]: slice t's load per member of each group -> (slices, load) of each group's busiest member with slice t, [B, G] each."""
+        sp = self.sparse
+        B = self.occ_load.shape[0]
+        busiest = self.occ_load.new_zeros(B, sp.inv_size.shape[0], 2).scatter_reduce_(1, self.segment, self.occ_load[:, sp.member_worker], "amax")
+        return busiest[..., 0] + sp.inv_size, busiest[..., 1] + added
+
+    def place(self, groups: torch.Tensor, added: torch.Tensor) -> None:
+        """groups [B] took slice t, whose load per member of each group is `added` [G]."""
+        rows = self.sparse.rows[groups]  # [B, L]
+        inc = torch.stack([self.sparse.inv_size[groups], added[groups]], -1)  # [B, 2]
+        self.occ_load.scatter_add_(1, rows[..., None].expand(-1, -1, 2), inc[:, None].expand(-1, rows.shape[1], -1))
+
+
 @torch.inference_mode()
 def rollout(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, target_factor: float = 2.0, batch: int = 1,
@@ -61,16 +86,16 @@ def rollout(
     model = model or bundle.model()
     meta, feats, share = snapshot_inputs(bundle, machine, row)
     N = len(share)
-    m = {k: v.unsqueeze(0).expand(batch, *v.shape) for k, v in as_tensors(machine_arrays(machine)).items()}
+    arrays = machine_arrays(machine)
+    m = {k: v.unsqueeze(0).expand(batch, *v.shape) for k, v in as_tensors(arrays).items()}
     valid = m["m_group_valid"]  # [B, G]
-    member = m["m_member"][0] > 0  # [G, W]
-    share_of = m["m_member"][0]  # [G, W] what one slice adds to each member, in slices
+    sparse = sparse_groups(arrays.member)
     # A cap of k slices per worker (inference only; a slice counts 1/|g| on each member of its group).
     # Default: the fair share, as every one-core heuristic places (2x it let cores run double load).
     cap = cap or math.ceil(N / machine.n_workers)
     gen = torch.Generator().manual_seed(seed)
-    state = RunningState(m, torch.as_tensor(feats), torch.as_tensor(share, dtype=torch.float32))
-    caches = model.new_caches(batch, 1 + 3 * N)
+    state = RunningState(m, torch.as_tensor(feats), torch.as_tensor(share, dtype=torch.float32), sparse)
+    caches, decode = model.new_caches(batch, 1 + 3 * N), model.decoder()
     algo_of(bundle)  # a bundle of an unknown algorithm fails here, not with a wrong schedule
     # Return-to-go before each slice, [N]: the target minus the snapshot's load share already placed,
     # a float32 running total (bc/cql models ignore it: use_return=False).
@@ -79,8 +104,7 @@ def rollout(
     for t in range(N):
         rtg_seq[t] = rtg
         rtg = rtg - float(share[t] * target_factor)
-    occ = torch.zeros(batch, machine.n_workers)  # slices per worker
-    wload = torch.zeros(batch, machine.n_workers)  # load per worker, in fair shares (W x the queries' share)
+    busy = Busiest(sparse, batch, machine.n_workers)
     lcap = float("inf") if load_cap is None else load_cap
     chosen = torch.zeros(batch, N, dtype=torch.long)
     loglik = torch.zeros(batch)
@@ -89,10 +113,9 @@ def rollout(
     for t in range(N):
         summary, groups = state.features()  # [B, 1, S], [B, 1, G, D]
         x = torch.cat([x, model.step_tokens(rtg_seq[t].expand(batch, 1), summary, None)], dim=1)  # + rtg_t, state_t
-        h = model.extend(x, caches)[:, -1:]  # [B, 1, E] at state_t
-        after = (occ[:, None, :] + share_of).masked_fill(~member, 0).amax(-1)  # [B, G] busiest member with slice t added
-        added = share_of * float(share[t] * machine.n_workers)  # [G, W] slice t's load on each member
-        after_load = (wload[:, None, :] + added).masked_fill(~member, 0).amax(-1)  # [B, G]
+        h = decode(x, caches)[:, -1:]  # [B, 1, E] at state_t
+        added = sparse.inv_size * float(share[t] * machine.n_workers)  # [G] slice t's load on each member of each group
+        after, after_load = busy.after(added)  # [B, G] busiest member's slices and load with slice t added
         blocked = ~valid | (after > cap + 1e-6) | (after_load > lcap + 1e-6)
         # a slice that fits under no cap goes to the groups whose busiest member ends least loaded
         least = after_load.masked_fill(~valid, float("inf")).amin(-1, keepdim=True)
@@ -104,8 +127,7 @@ def rollout(
         loglik += logp[rows, a]
         chosen[:, t] = a
         state.place(a)
-        occ += share_of[a]
-        wload += added[a]
+        busy.place(a, added)
         x = model.action_token(groups[rows, 0, a], summary[:, 0])  # fed with the next step's tokens
     return chosen.numpy(), loglik.numpy()
 
