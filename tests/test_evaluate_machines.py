@@ -77,3 +77,16 @@ def test_bad_machine_refs_are_named_before_any_work(tmp_path):
     (tmp_path / "clash.yaml").write_text(yaml.safe_dump(clash))
     with pytest.raises(ContractError, match="is a pool machine"):
         evaluate_cells(cfg.model_copy(update={"machines": [str(tmp_path / "clash.yaml")]}), {}, progress=False)
+
+
+def test_the_oracle_reference_is_the_best_schedule_known_for_the_cell():
+    """vs_oracle never reads above vs_best: where the search's schedule measured below a baseline
+    (a kind outside its space, or noise), the baseline is the reference and the detail says so."""
+    from pmoss.evaluate import summarise
+
+    cells = {"m|a": {"os-default": 120.0, "sn-mixed": 100.0, "oracle": 110.0, "dt": 105.0},
+             "m|b": {"os-default": 90.0, "sn-mixed": 100.0, "oracle": 130.0, "dt": 117.0}}
+    head, detail = summarise(cells, ["dt"], ["os-default", "sn-mixed"])
+    assert detail["cells"]["m|a"]["oracle_from"] == "os-default" and detail["cells"]["m|b"]["oracle_from"] == "search"
+    assert detail["cells"]["m|a"]["dt_vs_oracle"] == 105.0 / 120.0 and detail["cells"]["m|b"]["dt_vs_oracle"] == 0.9
+    assert all(detail["cells"][c]["dt_vs_oracle"] <= detail["cells"][c]["dt_vs_best_baseline"] for c in cells)
