@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -34,6 +35,7 @@ from pmoss.learn.algorithms import build_algorithm
 from pmoss.learn.bundle import BUNDLE_FILE, Bundle, load_bundle, save_bundle
 from pmoss.learn.config import ALGOS, TrainConfig
 from pmoss.learn.model import DTConfig
+from pmoss.learn.progress import every_s_from_env
 from pmoss.learn.tracking import (
     artifact_location,
     default_tracking_uri,
@@ -334,8 +336,28 @@ def loss_curve_callback(output: Path, every: int):
     return LossCurve()
 
 
-def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *, ray: bool = False, stop_after: int | None = None):
+def progress_callback(label: str, total: int, every_s: float):
+    """One line per `every_s` seconds on rank 0 (learn/progress.py): step, loss, rate, time left."""
+    L = _lightning()
+    from pmoss.learn.progress import ProgressLine
+
+    class Progress(L.Callback):
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self.line = ProgressLine(label, total, every_s, start_step=trainer.global_step)
+
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            if trainer.is_global_zero:
+                loss = trainer.callback_metrics.get("train/loss")
+                self.line.update(trainer.global_step, float(loss) if loss is not None else None)
+
+    return Progress()
+
+
+def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *, ray: bool = False, stop_after: int | None = None, label: str = "train"):
     """The Lightning Trainer of `pmoss train`; `ray=True` swaps in Ray's DDP strategy and environment.
+
+    `progress`: Lightning's bar on a terminal; quiet (`--quiet`, every DVC stage) or with stdout no
+    terminal, a plain line every PMOSS_PROGRESS_S seconds instead (learn/progress.py).
 
     `stop_after` ends the run early at that step while the LR schedule still spans cfg.max_steps
     (a run cut short, e.g. by a time budget; resuming later continues the same schedule).
@@ -345,6 +367,9 @@ def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *,
 
     callbacks: list[Any] = [ModelCheckpoint(dirpath=output / "checkpoints", save_last=True, every_n_train_steps=max(1, cfg.val_every)),
                             loss_curve_callback(output, every=10)]  # fmt: skip
+    bar = progress and sys.stdout.isatty()
+    if not bar and (every_s := every_s_from_env()) > 0:
+        callbacks.append(progress_callback(label, min(stop_after or cfg.max_steps, cfg.max_steps), every_s))
     dist: dict[str, Any] = {}
     if ray:
         from ray.train.lightning import (
@@ -359,7 +384,7 @@ def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *,
         max_steps=min(stop_after or cfg.max_steps, cfg.max_steps), gradient_clip_val=cfg.grad_clip, logger=logger,
         precision="bf16-mixed" if torch.cuda.is_available() else "32-true", callbacks=callbacks,
         val_check_interval=cfg.val_every, check_val_every_n_epoch=None, log_every_n_steps=10, deterministic=True,
-        enable_progress_bar=progress, enable_model_summary=False, num_sanity_val_steps=0,
+        enable_progress_bar=bar, enable_model_summary=False, num_sanity_val_steps=0,
         use_distributed_sampler=False,  # StepBatchSampler shards by rank itself
         default_root_dir=output, **dist,
     )  # fmt: skip
@@ -379,7 +404,7 @@ def fit(data: Path, output: Path, cfg: TrainConfig, init: Path | None, algo: str
     stats, model_cfg, base = prepare(data, cfg, init, algo)
     learner = build_learner(build_algorithm(algo, model_cfg, cfg, base.state_dict if base else None))
     dm = build_datamodule(data, cfg, stats, algo, shuffle_returns)
-    trainer = make_trainer(cfg, output, logger, progress, ray=ray, stop_after=stop_after)
+    trainer = make_trainer(cfg, output, logger, progress, ray=ray, stop_after=stop_after, label=f"train --algo {algo} {output}")
     last = output / "checkpoints" / "last.ckpt"
     trainer.fit(learner, datamodule=dm, ckpt_path=str(last) if last.exists() else None)
     return learner, trainer, stats, model_cfg
