@@ -26,7 +26,7 @@ def train_command(
     workers: Annotated[int, typer.Option(help="Ray Train workers (with --ray).")] = 2,
     shuffle_returns: Annotated[Optional[int], typer.Option(help="Control run: permute return-to-go across episodes with this seed.")] = None,
     snapshots: Annotated[Optional[Path], typer.Option(help="--algo critic: the raw snapshots the dataset was built from (the critic's inputs).")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar (a line every PMOSS_PROGRESS_S seconds, default 30, instead); with --ray, no Ray INFO lines.")] = False,
 ) -> None:
     """Pre-train a Decision Transformer or a baseline (--algo), or fine-tune one with --init; logged to MLflow."""
     from pmoss.learn.train import train  # torch and Lightning: only when training
@@ -39,7 +39,7 @@ def train_command(
         if ray:
             from pmoss.learn.ray_train import train_on_ray
 
-            return train_on_ray(data, out, c, init=start, algo=algo, workers=workers, shuffle_returns=shuffle_returns)
+            return train_on_ray(data, out, c, init=start, algo=algo, workers=workers, shuffle_returns=shuffle_returns, quiet=quiet)
         return train(data, out, c, init=start, algo=algo, progress=not quiet, shuffle_returns=shuffle_returns)
 
     bundle = run(output, cfg, init)
