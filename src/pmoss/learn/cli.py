@@ -92,6 +92,9 @@ def attach_critic_command(
 
         pol.info["history"] = {"weight": history_weight, "from": [str(h) for h in history], "cells": kind_history(history)}
     save_bundle(pol, output / BUNDLE_FILE)
+    from pmoss.learn.logged_model import log_attached_model
+
+    log_attached_model(output, policy, critic, {"k": k, "temperature": temperature, "candidates": candidates, "history_weight": history_weight if history else 0.0})
     picks = f"{critic[0]} picks" if len(critic) == 1 else f"the mean of {len(critic)} critics ({', '.join(map(str, critic))}) picks"
     measured = f", plus {history_weight} x the measured history of {len(pol.info['history']['cells'])} cells" if history else ""
     typer.echo(f"{output / BUNDLE_FILE}: {policy} proposes greedy + {k} samples, {picks} ({candidates}){measured}")
