@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pmoss.collect import collector, doctor
+from pmoss import doctor
+from pmoss.collect import collector
 
 CHECKS = ["numa", "perf_event_paranoid", "core_pmu", "uncore_pmu", "move_pages", "huge_pages", "ray_node", "tracking"]
 REPO = Path(__file__).resolve().parents[1]

@@ -88,7 +88,7 @@ def test_mlflow_models_serve_answers_schedule_requests(tmp_path, client):
     from pmoss.contracts.policies import generate
     from pmoss.contracts.schedule import Schedule
     from pmoss.contracts.workload import get_workload
-    from pmoss.serve.pyfunc_io import snapshot_json
+    from pmoss.learn.pyfunc_io import snapshot_json
     from pmoss.sim import load_sim_machine, simulate
 
     version = register(_bundle(tmp_path, "good"), "pmoss-dt", None, None)

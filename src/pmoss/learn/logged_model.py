@@ -86,7 +86,7 @@ def log_trained_model(run_id: str, model_dir: Path, data: Path | None, git_commi
         if data is not None:
             log_dataset(mlflow, data)
         if algo in SCHEDULE_ALGOS or force_model:
-            from pmoss.serve.pyfunc_io import example_input, signature
+            from pmoss.learn.pyfunc_io import example_input, signature
 
             example = example_input(bundle)
             with _no_type_hint_advice(), warnings.catch_warnings():

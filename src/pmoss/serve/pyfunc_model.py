@@ -3,7 +3,7 @@ file instead of a CloudPickle of an object, so loading a version executes no pic
 
 `load_context` loads the bundle (weights + config + normalisation stats + inference settings);
 `predict` takes a table of (machine, snapshot) requests and answers one schedule per row (the
-request and answer formats: serve/pyfunc_io.py), so `mlflow models serve -m models:/pmoss-dt@champion`
+request and answer formats: learn/pyfunc_io.py), so `mlflow models serve -m models:/pmoss-dt@champion`
 serves schedules. `pmoss serve` does not go through MLflow's server: it loads the bundle itself.
 """
 
@@ -16,7 +16,7 @@ import mlflow.models
 import mlflow.pyfunc
 
 from pmoss.learn.bundle import load_bundle
-from pmoss.serve.pyfunc_io import INPUT_COLUMNS, OUTPUT_COLUMN, propose_json
+from pmoss.learn.pyfunc_io import INPUT_COLUMNS, OUTPUT_COLUMN, propose_json
 
 
 class ScheduleModel(mlflow.pyfunc.PythonModel):
@@ -30,7 +30,7 @@ class ScheduleModel(mlflow.pyfunc.PythonModel):
         rows = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
         missing = [c for c in INPUT_COLUMNS if c not in rows.columns]
         if missing:
-            raise ValueError(f"request: no column {', '.join(missing)}; each row needs 'machine' and 'snapshot' (pmoss.serve.pyfunc_io)")
+            raise ValueError(f"request: no column {', '.join(missing)}; each row needs 'machine' and 'snapshot' (pmoss.learn.pyfunc_io)")
         return pd.DataFrame({OUTPUT_COLUMN: [propose_json(self.bundle, m, s) for m, s in zip(rows["machine"], rows["snapshot"], strict=True)]})
 
 
