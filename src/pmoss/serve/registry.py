@@ -11,7 +11,6 @@ to the best-evaluated one. Works against the sqlite store under
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
