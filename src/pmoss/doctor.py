@@ -260,8 +260,15 @@ def check_ray(address: str | None, timeout_s: float = 5.0) -> Check:
                      "start the head (`ray start --head --node-ip-address LAB_IP --port 6379`) or fix --ray-address; "
                      "a firewall must let this host reach the head's GCS port and every node's ports (pipelines/README.md)", {})  # fmt: skip
     import ray
+    from ray.exceptions import AuthenticationError
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    except AuthenticationError as e:
+        return Check("ray_node", "fail", f"Ray head {address} refused this host's token ({str(e).splitlines()[0][:160]})",
+                     "give this host the cluster's token: ~/.ray/auth_token (mode 600) or RAY_AUTH_TOKEN, with RAY_AUTH_MODE=token (pipelines/README.md)", {})  # fmt: skip
+    except ConnectionError as e:
+        return Check("ray_node", "fail", f"Ray head {address}: {e}", "check the head is up (`ray status --address HEAD:6379` on the head) and the lab ports are open", {})
     try:
         me = socket.gethostname()
         nodes = [{"ip": n["NodeManagerAddress"], "host": n.get("NodeManagerHostname"), "resources": n["Resources"]} for n in ray.nodes() if n["Alive"]]
