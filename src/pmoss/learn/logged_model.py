@@ -18,6 +18,7 @@ bundle holds only what the inputs determine, so the same inputs give the same by
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import warnings
@@ -89,6 +90,8 @@ def log_trained_model(run_id: str, model_dir: Path, data: Path | None, git_commi
             from pmoss.learn.pyfunc_io import example_input, signature
 
             example = example_input(bundle)
+            # "Validating input example against model signature": an INFO line per training stage
+            logging.getLogger("mlflow.pyfunc").setLevel(logging.WARNING)
             with _no_type_hint_advice(), warnings.catch_warnings():
                 # a model of a real host's data has no simulated example: MLflow's advice says nothing new
                 warnings.filterwarnings("ignore", message=".*input example was not provided.*", category=UserWarning)
