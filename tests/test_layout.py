@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
     "pmoss": 0, "pmoss.bench": 0, "pmoss.contracts": 0,
     "pmoss.sim": 1, "pmoss.collect": 1,
-    "pmoss.data": 2, "pmoss.learn": 3, "pmoss.evaluate": 4, "pmoss.serve": 5,
+    "pmoss.data": 2, "pmoss.learn": 3, "pmoss.evaluate": 4, "pmoss.doctor": 4, "pmoss.serve": 5,
     "pmoss.cli": 6, "pmoss.__main__": 6,
 }  # fmt: skip
 # sim and collect share a layer but not a dependency direction: collect drives the simulator.

@@ -76,6 +76,13 @@ def test_dvc_repro_tiny(tmp_path):
     assert float(version.tags["eval.vs_best"]) == pytest.approx(per[best]["vs_best"], rel=1e-3)
     again = run("repro")
     assert again.returncode == 0 and "Running stage" not in again.stdout, again.stdout
+    # a reproduction leaves dvc.lock clean: the same inputs give the same bundle and report bytes
+    # (no run id, git commit, absolute path or wall time inside a DVC output; docs/mlflow.md)
+    lock = (tmp_path / "dvc.lock").read_text()
+    for stage in ("pretrain", "post-train"):
+        forced = run("repro", "--force", "--single-item", stage)
+        assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
+        assert (tmp_path / "dvc.lock").read_text() == lock, f"rerunning {stage} changed dvc.lock"
 
 
 DROP = r".*/.*|unseen\..*"  # README's `dvc exp show --drop`: no dependency hashes, no unseen-machine columns

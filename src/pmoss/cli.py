@@ -61,6 +61,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "post-train": ("pmoss.serve.posttrain", "post_train_command"),
     "propose": ("pmoss.serve.proposals", "propose_command"),
     "summary": ("pmoss.serve.summary", "summary_command"),
+    "doctor": ("pmoss.doctor", "doctor_command"),
 }
 
 

@@ -261,7 +261,8 @@ def speedup_rows(cells: dict[str, dict[str, float]], baselines: list[str]) -> li
 
 
 def plot(cells: dict[str, dict[str, float]], out: Path) -> None:
-    """Per-machine bars: every policy's throughput relative to the cell's best baseline."""
+    """Per-machine bars: every policy's throughput relative to the cell's best baseline; the legend
+    sits right of the panels (inside, it covered bars)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -270,7 +271,8 @@ def plot(cells: dict[str, dict[str, float]], out: Path) -> None:
     machines = sorted({c.split("|")[0] for c in cells})
     policies = list(next(iter(cells.values())))
     n_workloads = max(sum(c.startswith(f"{m}|") for c in cells) for m in machines)
-    fig, axes = plt.subplots(len(machines), 1, figsize=(max(7, 0.25 * len(policies) * n_workloads + 2), 2.6 * len(machines)), squeeze=False)
+    plot_w, legend_w = max(6.0, 0.25 * len(policies) * n_workloads + 1.5), 1.9  # inches
+    fig, axes = plt.subplots(len(machines), 1, figsize=(plot_w + legend_w, 0.6 + 2.4 * len(machines)), squeeze=False)
     for ax, m in zip(axes[:, 0], machines, strict=True):
         mc = {c.split("|")[1]: tp for c, tp in cells.items() if c.startswith(f"{m}|")}
         width = 0.8 / len(policies)
@@ -285,17 +287,34 @@ def plot(cells: dict[str, dict[str, float]], out: Path) -> None:
         ax.set_xticks(np.arange(len(mc)) + 0.4 - width / 2, list(mc))
         ax.set_ylabel("vs best baseline")
         ax.set_title(f"{m} (source=sim)", fontsize=9)
-    axes[0, 0].legend(fontsize=6, ncol=4)
+    right = plot_w / (plot_w + legend_w)
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
     fig.suptitle("Throughput relative to the best baseline — simulated testbed (source=sim)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, right, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
 
 
+def _tile(m: Any, sched: Schedule) -> np.ndarray:
+    """[nodes, cores per node]: each core's mean key-range position of the slices whose group it is
+    in (NaN: no slice), the picture of one schedule on its machine's core tile."""
+    cols = max(len(w) for w in m.workers_by_node)
+    grid, count = np.zeros((m.numa_nodes, cols)), np.zeros((m.numa_nodes, cols))
+    # a schedule a critic kept running (os-default, ...): any worker executes every slice
+    members = np.ones((sched.n_slices, m.n_workers), bool) if sched.kind in ANY_WORKER_KINDS else groups_of(m).member[sched.group_index(m)]
+    for i, ws in enumerate(members):
+        for w in np.flatnonzero(ws):
+            r, c = m.tile_position[w]
+            grid[r, c] += i / sched.n_slices
+            count[r, c] += 1
+    return np.where(count > 0, grid / np.maximum(count, 1), np.nan)
+
+
 def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
-    """Each learned/oracle schedule over its core tile: a core's colour is the mean key-range
-    position of the slices whose group it is in (empty cores blank); one row per NUMA node, nodes outlined."""
+    """The learned/oracle schedules over their core tiles, one row per cell and one column per
+    policy (a core's colour: the mean key-range position of its slices, blank when it has none);
+    one tile row per NUMA node, nodes outlined; one colour bar for all."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -303,33 +322,42 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
 
     from pmoss.sim import load_sim_machine
 
-    panels = [(c, n, s) for c, per in schedules.items() for n, s in per.items()]
-    rows = max(load_sim_machine(c.split("|")[0]).numa_nodes for c, _, _ in panels)
-    # margins in inches, laid out by hand: the constraint solver took 2 of evaluate's ~13 s on 28 panels
-    tall, gap, top, bottom = 0.22 * rows, 0.5, 0.6, 0.3
-    height = top + bottom + len(panels) * (tall + gap) - gap
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, height), squeeze=False,
-                             gridspec_kw={"left": 0.08, "right": 0.95, "top": 1 - top / height, "bottom": bottom / height, "hspace": gap / tall})  # fmt: skip
-    for ax, (cell, name, sched) in zip(axes[:, 0], panels, strict=True):
-        m = load_sim_machine(cell.split("|")[0])
-        cols = max(len(w) for w in m.workers_by_node)
-        grid, count = np.zeros((m.numa_nodes, cols)), np.zeros((m.numa_nodes, cols))
-        # a schedule a critic kept running (os-default, ...): any worker executes every slice
-        members = np.ones((sched.n_slices, m.n_workers), bool) if sched.kind in ANY_WORKER_KINDS else groups_of(m).member[sched.group_index(m)]
-        for i, ws in enumerate(members):
-            for w in np.flatnonzero(ws):
-                r, c = m.tile_position[w]
-                grid[r, c] += i / sched.n_slices
-                count[r, c] += 1
-        shown = np.where(count > 0, grid / np.maximum(count, 1), np.nan)
-        im = ax.imshow(shown, cmap="viridis", vmin=0, vmax=1, aspect="auto")
-        for r in range(m.numa_nodes):
-            ax.add_patch(plt.Rectangle((-0.5, r - 0.5), len(m.workers_by_node[r]), 1, fill=False, lw=1.2, ec="k"))
-        ax.set_title(f"{cell} {name}{f' (kept {sched.kind})' if sched.kind in ANY_WORKER_KINDS else ''} (source=sim)", fontsize=8)
-        ax.set_ylabel("node", fontsize=7)
-        ax.tick_params(labelsize=6)
-    fig.colorbar(im, ax=axes[:, 0].tolist(), label="slice key-range position", shrink=0.6)
-    fig.suptitle("Schedules over the core tile — simulated testbed (source=sim)", fontsize=9)
+    cells = list(schedules)
+    names = list(dict.fromkeys(n for per in schedules.values() for n in per))
+    machines = {c: load_sim_machine(c.split("|")[0]) for c in cells}
+    # inches, laid out by hand (the constraint solver took seconds on many panels)
+    tile_h = 0.2 * max(m.numa_nodes for m in machines.values()) + 0.35
+    left, right, top, bottom, pan_w, gap_w, gap_h = 1.4, 1.1, 0.75, 0.25, 1.9, 0.2, 0.35
+    width = left + right + len(names) * pan_w + (len(names) - 1) * gap_w
+    height = top + bottom + len(cells) * tile_h + (len(cells) - 1) * gap_h
+    fig, axes = plt.subplots(len(cells), len(names), figsize=(width, height), squeeze=False,
+                             gridspec_kw={"left": left / width, "right": 1 - right / width, "top": 1 - top / height, "bottom": bottom / height,
+                                          "wspace": gap_w / pan_w, "hspace": gap_h / tile_h})  # fmt: skip
+    im = None
+    for r, cell in enumerate(cells):
+        m = machines[cell]
+        for c, name in enumerate(names):
+            ax = axes[r, c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(name, fontsize=8)
+            if c == 0:
+                ax.set_ylabel(cell.replace("|", "\n"), fontsize=7, rotation=0, ha="right", va="center")
+            sched = schedules[cell].get(name)
+            if sched is None:
+                ax.axis("off")
+                continue
+            im = ax.imshow(_tile(m, sched), cmap="viridis", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+            for node in range(m.numa_nodes):
+                ax.add_patch(plt.Rectangle((-0.5, node - 0.5), len(m.workers_by_node[node]), 1, fill=False, lw=1.0, ec="k"))
+            if sched.kind in ANY_WORKER_KINDS:
+                ax.set_xlabel(f"kept {sched.kind}", fontsize=6, labelpad=1)
+    if im is not None:
+        cax = fig.add_axes((1 - (right - 0.25) / width, bottom / height, 0.15 / width, 1 - (top + bottom) / height))
+        fig.colorbar(im, cax=cax).set_label("slice key-range position", fontsize=7)
+        cax.tick_params(labelsize=6)
+    fig.suptitle("Schedules over the core tile (rows: NUMA nodes) — simulated testbed (source=sim)", fontsize=9, y=1 - 0.2 / height, va="top")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -26,7 +26,7 @@ def train_command(
     workers: Annotated[int, typer.Option(help="Ray Train workers (with --ray).")] = 2,
     shuffle_returns: Annotated[Optional[int], typer.Option(help="Control run: permute return-to-go across episodes with this seed.")] = None,
     snapshots: Annotated[Optional[Path], typer.Option(help="--algo critic: the raw snapshots the dataset was built from (the critic's inputs).")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar (a line every PMOSS_PROGRESS_S seconds, default 30, instead); with --ray, no Ray INFO lines.")] = False,
 ) -> None:
     """Pre-train a Decision Transformer or a baseline (--algo), or fine-tune one with --init; logged to MLflow."""
     from pmoss.learn.train import train  # torch and Lightning: only when training
@@ -39,7 +39,7 @@ def train_command(
         if ray:
             from pmoss.learn.ray_train import train_on_ray
 
-            return train_on_ray(data, out, c, init=start, algo=algo, workers=workers, shuffle_returns=shuffle_returns)
+            return train_on_ray(data, out, c, init=start, algo=algo, workers=workers, shuffle_returns=shuffle_returns, quiet=quiet)
         return train(data, out, c, init=start, algo=algo, progress=not quiet, shuffle_returns=shuffle_returns)
 
     bundle = run(output, cfg, init)
@@ -92,6 +92,9 @@ def attach_critic_command(
 
         pol.info["history"] = {"weight": history_weight, "from": [str(h) for h in history], "cells": kind_history(history)}
     save_bundle(pol, output / BUNDLE_FILE)
+    from pmoss.learn.logged_model import log_attached_model
+
+    log_attached_model(output, policy, critic, {"k": k, "temperature": temperature, "candidates": candidates, "history_weight": history_weight if history else 0.0})
     picks = f"{critic[0]} picks" if len(critic) == 1 else f"the mean of {len(critic)} critics ({', '.join(map(str, critic))}) picks"
     measured = f", plus {history_weight} x the measured history of {len(pol.info['history']['cells'])} cells" if history else ""
     typer.echo(f"{output / BUNDLE_FILE}: {policy} proposes greedy + {k} samples, {picks} ({candidates}){measured}")

@@ -123,9 +123,26 @@ def without_mlflow_prints() -> Iterator[None]:
         MLFLOW_LOGGING_STREAM.enabled = was
 
 
+SERVER_ARTIFACTS = "mlflow-artifacts:"
+
+
+def server_artifacts_remedy(where: str) -> str:
+    """Why a local client cannot use artifacts a server keeps, and the two ways out."""
+    return (f"{where} keeps its artifacts behind an MLflow server ({SERVER_ARTIFACTS}/...): a client of `mlflow server` created it in this "
+            "store, and a client of the sqlite file itself cannot reach them. Either point every command at that server "
+            "(MLFLOW_TRACKING_URI=http://HOST:PORT), or serve the store without artifact proxying so that both kinds of client share "
+            "the files: `mlflow server --backend-store-uri sqlite:///$PWD/mlflow/mlflow.db --no-serve-artifacts "
+            "--default-artifact-root $PWD/mlflow/artifacts --host 127.0.0.1` (docs/mlflow.md)")  # fmt: skip
+
+
 def ensure_experiment(name: str) -> str:
+    """The experiment's id (created with artifacts next to the sqlite store). An experiment created
+    through a server that proxies artifacts cannot be written by a local client: one line saying so
+    and what to do, instead of MLflow's "the tracking URI must be a valid http or https URI"."""
     mlflow = mlflow_client()
     exp = mlflow.get_experiment_by_name(name)
     if exp is not None:
+        if str(exp.artifact_location).startswith(SERVER_ARTIFACTS) and urlsplit(mlflow.get_tracking_uri()).scheme not in ("http", "https"):
+            raise TrackingUnreachable(server_artifacts_remedy(f"experiment '{name}'"))
         return exp.experiment_id
     return mlflow.create_experiment(name, artifact_location=artifact_location())

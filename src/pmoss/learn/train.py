@@ -14,7 +14,8 @@ and the torch RNG (dropout) travels in the checkpoint, so a run stopped at step 
 from __future__ import annotations
 
 import logging
-import subprocess
+import os
+import sys
 import warnings
 import zipfile
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from pmoss.learn.algorithms import build_algorithm
 from pmoss.learn.bundle import BUNDLE_FILE, Bundle, load_bundle, save_bundle
 from pmoss.learn.config import ALGOS, TrainConfig
 from pmoss.learn.model import DTConfig
+from pmoss.learn.progress import every_s_from_env
 from pmoss.learn.tracking import (
     artifact_location,
     default_tracking_uri,
@@ -271,13 +273,6 @@ def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConf
         raise TrainError(f"model: {e} (--algo {algo})") from None
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def prepare(data: Path, cfg: TrainConfig, init: Path | None, algo: str) -> tuple[Stats, DTConfig, Bundle | None]:
     """Normalisation stats, model shape and the base model (fine-tuning) for a run."""
     if algo not in ALGOS:
@@ -353,17 +348,73 @@ def loss_curve_callback(output: Path, every: int):
     return LossCurve()
 
 
-def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *, ray: bool = False, stop_after: int | None = None):
+CKPT_PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def portable_checkpoint(dirpath: Path, every: int):
+    """Lightning's ModelCheckpoint, saving its own state with file names relative to its directory:
+    its stock state holds absolute paths, so the same training in another clone (or directory)
+    wrote other checkpoint bytes, and DVC saw the model directory change. On resume the names are
+    joined to the directory again, where they are."""
+    L = _lightning()  # noqa: F841 (imports Lightning with its noise filters)
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    class PortableCheckpoint(ModelCheckpoint):
+        def state_dict(self) -> dict[str, Any]:
+            root = str(self.dirpath)
+
+            def rel(v: Any) -> Any:
+                return os.path.relpath(v, root) if isinstance(v, str) and v.startswith(root + os.sep) else v
+
+            state = super().state_dict()
+            state.update({k: rel(state[k]) for k in CKPT_PATH_KEYS if k in state}, dirpath=".")
+            state["best_k_models"] = {rel(k): v for k, v in state.get("best_k_models", {}).items()}
+            return state
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            root = str(self.dirpath)
+
+            def full(v: Any) -> Any:
+                return os.path.join(root, v) if isinstance(v, str) and v and not os.path.isabs(v) else v
+
+            state = {**state_dict, **{k: full(state_dict[k]) for k in CKPT_PATH_KEYS if k in state_dict}, "dirpath": root}
+            state["best_k_models"] = {full(k): v for k, v in state_dict.get("best_k_models", {}).items()}
+            super().load_state_dict(state)
+
+    return PortableCheckpoint(dirpath=dirpath, save_last=True, every_n_train_steps=every)
+
+
+def progress_callback(label: str, total: int, every_s: float):
+    """One line per `every_s` seconds on rank 0 (learn/progress.py): step, loss, rate, time left."""
+    L = _lightning()
+    from pmoss.learn.progress import ProgressLine
+
+    class Progress(L.Callback):
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self.line = ProgressLine(label, total, every_s, start_step=trainer.global_step)
+
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            if trainer.is_global_zero:
+                loss = trainer.callback_metrics.get("train/loss")
+                self.line.update(trainer.global_step, float(loss) if loss is not None else None)
+
+    return Progress()
+
+
+def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *, ray: bool = False, stop_after: int | None = None, label: str = "train"):
     """The Lightning Trainer of `pmoss train`; `ray=True` swaps in Ray's DDP strategy and environment.
+
+    `progress`: Lightning's bar on a terminal; quiet (`--quiet`, every DVC stage) or with stdout no
+    terminal, a plain line every PMOSS_PROGRESS_S seconds instead (learn/progress.py).
 
     `stop_after` ends the run early at that step while the LR schedule still spans cfg.max_steps
     (a run cut short, e.g. by a time budget; resuming later continues the same schedule).
     """
     L = _lightning()
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    callbacks: list[Any] = [ModelCheckpoint(dirpath=output / "checkpoints", save_last=True, every_n_train_steps=max(1, cfg.val_every)),
-                            loss_curve_callback(output, every=10)]  # fmt: skip
+    callbacks: list[Any] = [portable_checkpoint(output / "checkpoints", max(1, cfg.val_every)), loss_curve_callback(output, every=10)]
+    bar = progress and sys.stdout.isatty()
+    if not bar and (every_s := every_s_from_env()) > 0:
+        callbacks.append(progress_callback(label, min(stop_after or cfg.max_steps, cfg.max_steps), every_s))
     dist: dict[str, Any] = {}
     if ray:
         from ray.train.lightning import (
@@ -378,7 +429,7 @@ def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *,
         max_steps=min(stop_after or cfg.max_steps, cfg.max_steps), gradient_clip_val=cfg.grad_clip, logger=logger,
         precision="bf16-mixed" if torch.cuda.is_available() else "32-true", callbacks=callbacks,
         val_check_interval=cfg.val_every, check_val_every_n_epoch=None, log_every_n_steps=10, deterministic=True,
-        enable_progress_bar=progress, enable_model_summary=False, num_sanity_val_steps=0,
+        enable_progress_bar=bar, enable_model_summary=False, num_sanity_val_steps=0,
         use_distributed_sampler=False,  # StepBatchSampler shards by rank itself
         default_root_dir=output, **dist,
     )  # fmt: skip
@@ -398,7 +449,7 @@ def fit(data: Path, output: Path, cfg: TrainConfig, init: Path | None, algo: str
     stats, model_cfg, base = prepare(data, cfg, init, algo)
     learner = build_learner(build_algorithm(algo, model_cfg, cfg, base.state_dict if base else None))
     dm = build_datamodule(data, cfg, stats, algo, shuffle_returns)
-    trainer = make_trainer(cfg, output, logger, progress, ray=ray, stop_after=stop_after)
+    trainer = make_trainer(cfg, output, logger, progress, ray=ray, stop_after=stop_after, label=f"train --algo {algo} {output}")
     last = resume_checkpoint(output)
     trainer.fit(learner, datamodule=dm, ckpt_path=str(last) if last else None)
     return learner, trainer, stats, model_cfg
@@ -446,10 +497,15 @@ def train(data: Path, output: Path, cfg: TrainConfig, init: Path | None = None, 
 def write_bundle(output: Path, cfg: TrainConfig, model_cfg: DTConfig, stats: Stats, weights: dict[str, torch.Tensor], logger: Any, algo: str,
                  metrics: dict[str, float], init: Path | None, data: Path, shuffle_returns: int | None = None, **info: Any) -> Bundle:  # fmt: skip
     logger.log_hyperparams({"algo": algo, **{f"model.{k}": v for k, v in asdict(model_cfg).items()}, **cfg.model_dump(exclude={"model"})})
+    # Only what the inputs determine goes into the bundle (a DVC output): the run id and the git
+    # commit go to the MLflow run and to output/mlflow-run.json (learn/logged_model.py).
     bundle = Bundle(model_cfg, stats, weights,
-                    {"algo": algo, "seed": cfg.seed, "train_metrics": metrics, "mlflow_run_id": logger.run_id, "git_commit": git_commit(),
+                    {"algo": algo, "seed": cfg.seed, "train_metrics": metrics,
                      "init": str(init) if init else None, "data": str(data), "shuffled_returns": shuffle_returns, **info})  # fmt: skip
     save_bundle(bundle, output / BUNDLE_FILE)
+    from pmoss.learn.logged_model import git_commit, log_trained_model
+
+    log_trained_model(logger.run_id, output, data, git_commit())
     return bundle
 
 

@@ -272,8 +272,8 @@ def run_round(cfg: PostTrainConfig, tgt: Target, running: dict[str, Schedule], m
         observed = observe(tgt.machine, tgt.pool, w, served, rnd, cfg.observe_runs)
         added = record(cfg.learned, observed)
         eval_qps = measure(tgt.machine, w, {"learned": served}, tgt.ecfg)["learned"]  # the baselines' seeds
-        report["rows"].append({**report_row(rnd, w, model, observed, added, eval_qps, tgt.base[w]), "scorer": cfg.scorer, "k": cfg.k,
-                               "propose_s": propose_s})  # fmt: skip
+        report["rows"].append({**report_row(rnd, w, model, observed, added, eval_qps, tgt.base[w]), "scorer": cfg.scorer, "k": cfg.k})
+        report.setdefault("timing", []).append({"round": rnd, "workload": w, "propose_s": propose_s})
         step(f"round {rnd}: served {w}")
     out = cfg.output / f"round-{rnd}"
     size = rebuild(cfg, tgt.pool, out / "dataset")
@@ -287,10 +287,17 @@ def run_round(cfg: PostTrainConfig, tgt: Target, running: dict[str, Schedule], m
 
 
 # ---- output ----------------------------------------------------------------------------------------
+TIMING_FILE = "timing.json"  # seconds each round's proposals took, per workload
+
+
 def write_report(report: dict[str, Any], output: Path) -> None:
     from pmoss.contracts.io import atomic_write_text
 
+    # the proposal's wall time apart: report.json is in a DVC output and must be the same for the
+    # same inputs (a fresh `dvc repro` leaves dvc.lock clean); TIMING_FILE is left out of its hash (.dvcignore)
+    timing = report.pop("timing", [])
     atomic_write_text(output / "report.json", json.dumps(report, indent=1) + "\n")
+    atomic_write_text(output / TIMING_FILE, json.dumps(timing, indent=1) + "\n")
     plot(report, output / "post-training.png")
 
 

@@ -11,7 +11,6 @@ to the best-evaluated one. Works against the sqlite store under
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +32,6 @@ class RegistryError(PmossError):
     pass
 
 
-PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")  # logged as models-from-code (no pickled object)
 EVAL_TAG_PREFIX = "eval."  # a version's own headline figures, one tag each (eval.vs_best, ...)
 
 
@@ -56,14 +54,28 @@ def own_metrics(headline: dict[str, Any], policy: str, source: Path) -> dict[str
     return {k: float(v) for k, v in per[policy].items()}
 
 
-def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | None, alias: str | None = "candidate", policy: str | None = None) -> int:
-    """Log `model_dir/model.pt` as a new version of `name`, tag it with its own figures (those of
-    `policy` in `metrics`; the whole evaluation is attached as an artifact), and point `alias` at
-    it (None: no alias). `dataset` defaults to the one the bundle says it was trained on."""
+def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | None, alias: str | None = "candidate", policy: str | None = None,
+             description: str | None = None) -> int:  # fmt: skip
+    """Register the model of `model_dir/model.pt` as a new version of `name`: the model its training
+    run logged (MODEL_DIR/mlflow-run.json, learn/logged_model.py) when that run is in this store and
+    logged this very bundle, else the bundle logged now in a run of its own. The version gets its
+    own figures (those of `policy` in `metrics`) as tags and as metrics of the logged model, the
+    whole evaluation as artifacts of the run, `description` (why it is or is not the candidate),
+    and `alias` (None: no alias). `dataset` defaults to the one the bundle says it was trained on."""
+    from pmoss.learn.logged_model import log_trained_model, read_run_file
+    from pmoss.learn.tracking import default_tracking_uri
+
     mlflow = mlflow_client()
     bundle = load_bundle(model_dir)
     dataset = dataset if dataset is not None else (Path(bundle.info["data"]) if bundle.info.get("data") else None)
-    tags: dict[str, str] = {"git_commit": str(bundle.info.get("git_commit", "unknown")), "algo": str(bundle.info.get("algo", "dt")),
+    run = read_run_file(model_dir)
+    same = run is not None and run.get("model_uri") and run.get("tracking_uri") == default_tracking_uri() and run.get("bundle_sha256") == file_digest(Path(model_dir) / BUNDLE_FILE)
+    if not same:  # trained against another store, edited since, or a lone critic: log it now, in a run of its own
+        with mlflow.start_run(experiment_id=ensure_experiment("pmoss-registry"), run_name=f"register-{name}") as r:
+            pass
+        run = log_trained_model(r.info.run_id, Path(model_dir), dataset, str((run or {}).get("git_commit") or bundle.info.get("git_commit", "unknown")),
+                                write_run_file=False, force_model=True)  # fmt: skip
+    tags: dict[str, str] = {"git_commit": str(run["git_commit"]), "algo": str(bundle.info.get("algo", "dt")), "training_run": run["run_id"],
                             "model_config": json.dumps(asdict(bundle.config)), "source": "sim"}  # fmt: skip
     if dataset is not None:
         tags["dataset"] = str(dataset)
@@ -74,21 +86,17 @@ def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | N
         own = own_metrics(read_metrics(metrics), policy, metrics)
         tags["policy"] = policy
         tags.update({f"{EVAL_TAG_PREFIX}{k}": f"{v:.4g}" for k, v in own.items()})
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a progress bar per registration drowns the demo's log
-    with mlflow.start_run(experiment_id=ensure_experiment("pmoss-registry"), run_name=f"register-{name}"):
-        mlflow.set_tags(tags)
+    with mlflow.start_run(run_id=run["run_id"]):
         mlflow.log_dict(asdict(bundle.stats), "normalisation_stats.json")
-        if own:
-            mlflow.log_metrics(own)
+        if own:  # on the logged model: the registry shows them on the version
+            mlflow.log_metrics({f"eval.{k}": v for k, v in own.items()}, model_id=run["model_id"])
         for f in _evaluation_files(metrics):
             mlflow.log_artifact(str(f), "evaluation")
-        info = mlflow.pyfunc.log_model(name="model", python_model=str(PYFUNC_CODE), artifacts={"bundle": str(Path(model_dir) / BUNDLE_FILE)},
-                                       pip_requirements=["torch==2.13.0", "pmoss"])  # fmt: skip
-        with without_mlflow_prints():
-            version = mlflow.register_model(info.model_uri, name)
+    with without_mlflow_prints():
+        version = mlflow.register_model(run["model_uri"], name, tags=tags)
     client = mlflow.MlflowClient()
-    for k, v in tags.items():
-        client.set_model_version_tag(name, version.version, k, v)
+    if description:
+        client.update_model_version(name, version.version, description=description)
     if alias:
         client.set_registered_model_alias(name, alias, version.version)
     return int(version.version)
@@ -121,8 +129,31 @@ def register_models(models: list[str], name: str, metrics: Path | None, alias: s
     versions = {}
     for policy, model_dir in specs:
         label = policy or str(model_dir)
-        versions[label] = register(model_dir, name, dataset, metrics, alias if label == chosen else None, policy)
+        why = describe(label, chosen, [p or str(d) for p, d in specs], read_metrics(metrics) if metrics is not None and policy else None, alias, metrics)
+        versions[label] = register(model_dir, name, dataset, metrics, alias if label == chosen else None, policy, why)
     return versions, chosen
+
+
+def describe(label: str, chosen: str, labels: list[str], headline: dict[str, Any] | None, alias: str, metrics: Path | None) -> str:
+    """The version's description: its own figures and why it got `alias` or not (the UI shows the
+    description whole, where it cuts tag values short)."""
+    from pmoss.evaluate import policy_figures
+
+    if headline is None:
+        return f"{label}: registered without an evaluation; alias '{alias}' because it is the only model registered" if label == chosen else f"{label}: registered without an evaluation"
+    per = policy_figures(headline)
+
+    def figures(p: str) -> str:
+        f = per.get(p, {})
+        return ", ".join(f"{k} {float(v):.4g}" for k, v in f.items() if k in ("vs_best", "vs_one_core", "vs_oracle", "cells_ge_best")) or "no figures"
+
+    others = [p for p in labels if p != label]
+    if label == chosen:
+        rivals = "; ".join(f"{p}: {figures(p)}" for p in others)
+        return (f"{label} is the '{alias}': the best geometric mean over the evaluation cells of its throughput vs the best baseline in {metrics} "
+                f"({figures(label)}){f', registered together with {rivals}' if rivals else ''}. Simulated testbed (source=sim). "
+                f"`pmoss registry promote` gates it against the heuristics and the champion.")  # fmt: skip
+    return f"{label}: {figures(label)} in {metrics}; not the '{alias}': {chosen} evaluated better ({figures(chosen)}). Simulated testbed (source=sim)."
 
 
 def fetch(uri: str) -> Path:
@@ -131,6 +162,10 @@ def fetch(uri: str) -> Path:
     try:
         local = Path(mlflow.artifacts.download_artifacts(uri))
     except mlflow.exceptions.MlflowException as e:
+        if "mlflow-artifacts URI was supplied" in e.message:
+            from pmoss.learn.tracking import server_artifacts_remedy
+
+            raise RegistryError(f"{uri}: {server_artifacts_remedy('this version')}") from e
         raise RegistryError(f"{uri}: cannot load from the registry ({_first_line(e.message)})") from e
     found = sorted(local.rglob(BUNDLE_FILE))
     if not found:
