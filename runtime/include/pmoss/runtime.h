@@ -119,6 +119,7 @@ typedef enum pm_schedule_kind {
     PM_KIND_SN_RANDOM,
     PM_KIND_LEARNED,        /* "learned": any width */
     PM_KIND_SN_HOT,         /* "sn-hot": hot slices widened by load; any width */
+    PM_KIND_SEARCH,         /* "search": found by the simulator's oracle; any width */
     PM_KIND_COUNT
 } pm_schedule_kind;
 
@@ -154,7 +155,7 @@ const char *pm_width_name(pm_width width);
 int pm_width_parse(const char *name, pm_width *width);
 
 /* Bitmask of the widths (1u << pm_width) a kind allows: thread for the
- * one-core kinds, node for sn-numa, thread..node for learned and sn-hot,
+ * one-core kinds, node for sn-numa, thread..node for learned, sn-hot and search,
  * none for the shared kinds; 0 for an unknown kind. Pure. */
 unsigned pm_schedule_kind_widths(pm_schedule_kind kind);
 
