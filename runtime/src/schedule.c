@@ -1,5 +1,5 @@
 /* Schedules: kinds, widths, construction, the strict JSON reader for the
- * schedule contract (DESIGN §4.2, docs/contracts.md schema version 2; JSON
+ * schedule contract (docs/design.md §4.2, docs/contracts.md schema version 2; JSON
  * syntax through jansson) and validation against a machine topology. */
 #define _GNU_SOURCE /* open flags, fstat */
 #include <errno.h>

@@ -4,7 +4,7 @@
  * Objects (all opaque, created and destroyed through this API):
  *   pm_tree      one OLC B+-tree (uint64 keys and values) whose nodes come
  *                from its own arena, so its pages can be placed and migrated.
- *   pm_schedule  a spatial schedule (DESIGN §4.2): kind + per-slice node/core.
+ *   pm_schedule  a spatial schedule (docs/design.md §4.2): kind + per-slice node/core.
  *   pm_workload  a deterministic query generator (YCSB-style mixes).
  *   pm_runtime   N slices (one pm_tree each) served by pinned router, worker
  *                and sweeper threads under a schedule.
@@ -106,7 +106,7 @@ int pm_tree_page_nodes(pm_tree *tree, uint64_t *counts, int n_counts);
 
 /* -------------------------------------------------------------- schedule */
 
-/* Schedule kinds, named as in datasets and plots (DESIGN §4.2). Which
+/* Schedule kinds, named as in datasets and plots (docs/design.md §4.2). Which
  * widths each kind allows: pm_schedule_kind_widths. */
 typedef enum pm_schedule_kind {
     PM_KIND_OS_DEFAULT = 0, /* "os-default": first touch, any worker */

@@ -349,7 +349,7 @@ class Runtime:
         return self._enforce(sched)
 
     def set_schedule_json(self, text: str) -> MigrationReport:
-        """Enforce a schedule given as DESIGN §4.2 JSON text."""
+        """Enforce a schedule given as docs/design.md §4.2 JSON text."""
         raw = text.encode()
         out = _ffi.new("pm_schedule **")
         err = _ffi.new("char[]", _ERR_LEN)

@@ -1,4 +1,4 @@
-"""Spatial schedule (DESIGN §4.2, docs/contracts.md): for each slice, a NUMA node and the group of
+"""Spatial schedule (docs/design.md §4.2, docs/contracts.md): for each slice, a NUMA node and the group of
 worker cores that executes it.
 
 Schema version 2 names a slice's execution group compactly as an anchor worker `core[i]` and a
