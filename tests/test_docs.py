@@ -44,7 +44,7 @@ MARKER = re.compile(r"<!--\s*doc-test:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```\s*$", re.S | re.M)
 DATA_LANGS = {"text", "json", "python", "yaml"}  # shown, not run
 SHELL_LANGS = {"sh", "shell", "console", "zsh"}  # commands, but tag them bash so they run
-FAST_TIMEOUT_S, SLOW_TIMEOUT_S, DEMO_TIMEOUT_S = 300, 1200, 2400
+FAST_TIMEOUT_S, SLOW_TIMEOUT_S, DEMO_TIMEOUT_S = 300, 1800, 5400  # the demo: ~7 min on 2 quiet cores, 40+ on a shared, loaded one
 
 
 def _git(*args: str, cwd: Path = REPO) -> str:
