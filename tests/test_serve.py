@@ -156,6 +156,25 @@ def test_no_champion_keeps_the_heuristic_and_says_why(tmp_path, monkeypatch):
     assert champion.version == str(v) and champion.no_model is None
 
 
+def test_serve_with_nothing_registered_serves_the_heuristic(tmp_path, monkeypatch):
+    """Issue 40.10: an empty registry (no pmoss-dt at all) is 'no champion', not an error: the
+    heuristic serves and the command says why."""
+    from typer.testing import CliRunner
+
+    from pmoss.serve.serve import serve_command
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow/mlflow.db")
+    app = typer.Typer()
+    app.command()(serve_command)
+    res = CliRunner().invoke(app, ["--backend", "sim", "--machine", "intel-skx-4s", "--keys", "1000000", "--n-slices", str(N),
+                                   "--phases", "ycsb-c:2", "--no-compare", "-o", str(tmp_path / "serve")], env={"COLUMNS": "200"})  # fmt: skip
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "serving the heuristic os-default: no model named pmoss-dt on sqlite:///" in said and "nothing is registered" in said
+    rows = pq.read_table(tmp_path / "serve/timeline.parquet").to_pylist()
+    assert [r["event"] for r in rows].count("no_model") == 1 and "inference_start" not in [r["event"] for r in rows]
+
+
 def test_serve_keeps_schedule_when_model_cannot_load(tmp_path):
     timeline = Timeline()
     champion = Champion(str(tmp_path / "missing"), timeline)

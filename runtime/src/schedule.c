@@ -1,5 +1,5 @@
 /* Schedules: kinds, widths, construction, the strict JSON reader for the
- * schedule contract (DESIGN §4.2, docs/contracts.md schema version 2; JSON
+ * schedule contract (docs/design.md §4.2, docs/contracts.md schema version 2; JSON
  * syntax through jansson) and validation against a machine topology. */
 #define _GNU_SOURCE /* open flags, fstat */
 #include <errno.h>
@@ -29,7 +29,7 @@ struct pm_schedule {
 
 static const char *const kind_names[PM_KIND_COUNT] = {
     "os-default", "os-interleave", "se-numa",   "sn-numa", "sn-grouped",
-    "sn-spread",  "sn-mixed",      "sn-random", "learned", "sn-hot",
+    "sn-spread",  "sn-mixed",      "sn-random", "learned", "sn-hot", "search",
 };
 
 static const char *const width_names[PM_WIDTH_COUNT] = {"thread", "core", "l3", "node", "none"};
@@ -80,6 +80,7 @@ unsigned pm_schedule_kind_widths(pm_schedule_kind kind)
         return W_BIT(PM_WIDTH_NODE);
     case PM_KIND_SN_HOT:
     case PM_KIND_LEARNED:
+    case PM_KIND_SEARCH:
         return W_BIT(PM_WIDTH_THREAD) | W_BIT(PM_WIDTH_CORE) | W_BIT(PM_WIDTH_L3) |
                W_BIT(PM_WIDTH_NODE);
     default:
@@ -279,6 +280,10 @@ static int read_doc(const json_t *doc, pm_schedule **out, char *msg, size_t msg_
     if (pm_schedule_kind_parse(json_string_value(f[F_KIND]), &kind))
         BAD("kind: unknown schedule kind \"%.40s\"", json_string_value(f[F_KIND]));
 #undef NEED
+    /* width null reads as absent (the kind's own width): pmoss before issue 40
+     * wrote it so, and the contract's writers now leave the field out */
+    if (f[F_WIDTH] && json_is_null(f[F_WIDTH]))
+        f[F_WIDTH] = NULL;
     if (f[F_WIDTH] && version < 2)
         BAD("width: needs schema_version 2");
     if (f[F_PROV] && !json_is_object(f[F_PROV]))

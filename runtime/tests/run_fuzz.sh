@@ -17,11 +17,8 @@ if ! clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-rec
     echo "SKIPPED: clang cannot build a libFuzzer target here:"; cat "$work/build.log"
     exit 77
 fi
-# Seed corpus: a valid schedule of each shape (schema versions 1 and 2).
-printf '%s' '{"schema_version":1,"machine":"m","n_slices":2,"kind":"sn-grouped","node":[0,1],"core":[1,2],"provenance":{"seed":1,"g":["a",1.5e-3,true,null]}}' >"$work/corpus/one_core.json"
-printf '%s' '{"schema_version":1,"machine":"m","n_slices":1,"kind":"os-default","node":[-1],"core":[-1]}' >"$work/corpus/os.json"
-printf '%s' '{"schema_version":2,"machine":"m","n_slices":4,"kind":"learned","node":[0,0,1,1],"core":[1,1,2,-1],"width":["thread","core","l3","node"],"provenance":{"model":"pmoss-dt","version":"3"}}' >"$work/corpus/groups.json"
-printf '%s' '{"schema_version":2,"machine":"m","n_slices":2,"kind":"sn-hot","node":[0,1],"core":[1,2],"width":"l3"}' >"$work/corpus/one_width.json"
-printf '%s' '{"schema_version":2,"machine":"","n_slices":2,"kind":"sn-numa","node":[0,1],"core":[-1,2],"width":"node"}' >"$work/corpus/sn_numa.json"
+# Seed corpus: a valid schedule of each shape (schema versions 1 and 2), the same files
+# tests/test_schedule_contract.py reads on Python's side of the contract.
+cp "$here"/schedules/*.json "$work/corpus/"
 exec "$work/fuzz_schedule_json" -max_total_time="$secs" -max_len=4096 -timeout=5 \
     -print_final_stats=1 "$work/corpus"

@@ -148,6 +148,13 @@ static void test_parse_v2(void)
             s = parse_ok(doc);
             CHECK_EQ(pm_schedule_widths(s)[0], defaults[k].w);
             pm_schedule_destroy(s);
+            /* "width": null is the same as no width (pmoss before issue 40 wrote it) */
+            snprintf(doc, sizeof doc, "{\"schema_version\":%d,\"machine\":\"m\",\"n_slices\":1,"
+                     "\"kind\":\"%s\",\"node\":[0],\"core\":[-1],\"width\":null}", v,
+                     defaults[k].kind);
+            s = parse_ok(doc);
+            CHECK_EQ(pm_schedule_widths(s)[0], defaults[k].w);
+            pm_schedule_destroy(s);
         }
     }
 #define DOC2(kind, width) "{\"schema_version\":2,\"machine\":\"m\",\"n_slices\":2,\"kind\":\"" kind \
@@ -242,6 +249,8 @@ static void test_validate(void)
     CHECK_EQ(pm_schedule_kind_parse("SN-GROUPED", &k), -EINVAL);
     CHECK_EQ(pm_schedule_kind_parse("sn-hot", &k), 0);
     CHECK_EQ(k, PM_KIND_SN_HOT);
+    CHECK_EQ(pm_schedule_kind_parse("search", &k), 0); /* every kind Python writes */
+    CHECK_EQ(pm_schedule_kind_widths(k), pm_schedule_kind_widths(PM_KIND_LEARNED));
     CHECK(!pm_schedule_kind_is_one_core(PM_KIND_LEARNED) && pm_schedule_kind_is_one_core(PM_KIND_SN_MIXED));
 }
 

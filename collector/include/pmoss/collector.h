@@ -1,5 +1,5 @@
 /*
- * P-MOSS collector — public C API (PMU profiling for raw snapshots, DESIGN §4.3).
+ * P-MOSS collector — public C API (PMU profiling for raw snapshots, docs/design.md §4.3).
  *
  * Parts:
  *   events   portable feature names -> real perf_event attributes per CPU
@@ -218,7 +218,7 @@ int pm_ctab_get(const pm_ctab *t, unsigned slice, unsigned value_index, double *
 
 /* -------------------------------------------------------------- uncore */
 
-/* Off-core features (DESIGN §4.3 meta), per node or per link. imc_total_bytes
+/* Off-core features (docs/design.md §4.3 meta), per node or per link. imc_total_bytes
  * is for PMUs that cannot split reads from writes (AMD DF, Arm CMN). */
 typedef enum pm_offcore_feature {
     PM_OFF_IMC_READ = 0,

@@ -4,7 +4,7 @@
  * Objects (all opaque, created and destroyed through this API):
  *   pm_tree      one OLC B+-tree (uint64 keys and values) whose nodes come
  *                from its own arena, so its pages can be placed and migrated.
- *   pm_schedule  a spatial schedule (DESIGN §4.2): kind + per-slice node/core.
+ *   pm_schedule  a spatial schedule (docs/design.md §4.2): kind + per-slice node/core.
  *   pm_workload  a deterministic query generator (YCSB-style mixes).
  *   pm_runtime   N slices (one pm_tree each) served by pinned router, worker
  *                and sweeper threads under a schedule.
@@ -106,7 +106,7 @@ int pm_tree_page_nodes(pm_tree *tree, uint64_t *counts, int n_counts);
 
 /* -------------------------------------------------------------- schedule */
 
-/* Schedule kinds, named as in datasets and plots (DESIGN §4.2). Which
+/* Schedule kinds, named as in datasets and plots (docs/design.md §4.2). Which
  * widths each kind allows: pm_schedule_kind_widths. */
 typedef enum pm_schedule_kind {
     PM_KIND_OS_DEFAULT = 0, /* "os-default": first touch, any worker */
@@ -119,6 +119,7 @@ typedef enum pm_schedule_kind {
     PM_KIND_SN_RANDOM,
     PM_KIND_LEARNED,        /* "learned": any width */
     PM_KIND_SN_HOT,         /* "sn-hot": hot slices widened by load; any width */
+    PM_KIND_SEARCH,         /* "search": found by the simulator's oracle; any width */
     PM_KIND_COUNT
 } pm_schedule_kind;
 
@@ -154,7 +155,7 @@ const char *pm_width_name(pm_width width);
 int pm_width_parse(const char *name, pm_width *width);
 
 /* Bitmask of the widths (1u << pm_width) a kind allows: thread for the
- * one-core kinds, node for sn-numa, thread..node for learned and sn-hot,
+ * one-core kinds, node for sn-numa, thread..node for learned, sn-hot and search,
  * none for the shared kinds; 0 for an unknown kind. Pure. */
 unsigned pm_schedule_kind_widths(pm_schedule_kind kind);
 

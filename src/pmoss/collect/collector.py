@@ -220,7 +220,7 @@ def _estimated_totals(cols: dict[str, list[Any]]) -> dict[str, list[Any]]:
 
 
 def episode_columns(slices: pa.RecordBatch, offcore: pa.RecordBatch | None = None) -> dict[str, Any]:
-    """Collector batches -> the slice-level and off-core columns of a raw snapshot row (DESIGN §4.3).
+    """Collector batches -> the slice-level and off-core columns of a raw snapshot row (docs/design.md §4.3).
 
     A slice feature the batch lacks or that is null for any slice is unavailable: a null list,
     named in `unavailable` (a probe that cannot measure a counter cannot measure it on any slice;

@@ -28,7 +28,7 @@ typedef struct pm_migration_report {
 typedef enum pm_schedule_kind {
     PM_KIND_OS_DEFAULT = 0, PM_KIND_OS_INTERLEAVE, PM_KIND_SE_NUMA, PM_KIND_SN_NUMA,
     PM_KIND_SN_GROUPED, PM_KIND_SN_SPREAD, PM_KIND_SN_MIXED, PM_KIND_SN_RANDOM,
-    PM_KIND_LEARNED, PM_KIND_SN_HOT, PM_KIND_COUNT
+    PM_KIND_LEARNED, PM_KIND_SN_HOT, PM_KIND_SEARCH, PM_KIND_COUNT
 } pm_schedule_kind;
 typedef struct pm_schedule pm_schedule;
 int pm_schedule_kind_parse(const char *name, pm_schedule_kind *kind);
@@ -349,7 +349,7 @@ class Runtime:
         return self._enforce(sched)
 
     def set_schedule_json(self, text: str) -> MigrationReport:
-        """Enforce a schedule given as DESIGN §4.2 JSON text."""
+        """Enforce a schedule given as docs/design.md §4.2 JSON text."""
         raw = text.encode()
         out = _ffi.new("pm_schedule **")
         err = _ffi.new("char[]", _ERR_LEN)

@@ -1,4 +1,4 @@
-"""Topology discovery: read a host's sysfs into a machine descriptor (DESIGN §4.1).
+"""Topology discovery: read a host's sysfs into a machine descriptor (docs/design.md §4.1).
 
 Everything topological comes from sysfs (CPUs, packages, NUMA nodes, SLIT distances, L3 sharing,
 SMT siblings, memory per node). Bandwidth and latency are not in sysfs: they are filled with

@@ -6,7 +6,7 @@ class PmossError(Exception):
 
 
 class ContractError(PmossError):
-    """A file or object breaks a data contract of DESIGN §4."""
+    """A file or object breaks a data contract of docs/design.md §4."""
 
 
 def brief(e: BaseException, limit: int = 120) -> str:

@@ -26,6 +26,26 @@ def shipped(relative: str) -> Path:
     return REPO_ROOT / relative
 
 
+class NoProjectError(ContractError):
+    """No P-MOSS project (a directory with dvc.yaml) where a command looked for its outputs."""
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The project a command works in, for the defaults that name its outputs (the MLflow store
+    `mlflow/mlflow.db`, `eval/`): the nearest directory holding dvc.yaml from `start` (the working
+    directory) upwards, else the repository this pmoss runs from (an editable install or a
+    checkout on PYTHONPATH). Never a bare working directory: a command run elsewhere would make an
+    empty store there and report nothing registered. Raises NoProjectError saying where it looked."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "dvc.yaml").is_file():
+            return d
+    if (REPO_ROOT / "dvc.yaml").is_file():
+        return REPO_ROOT
+    raise NoProjectError(f"no P-MOSS project in {here} or above (no dvc.yaml), and this pmoss is not run from a checkout; "
+                         "run it from the repository")  # fmt: skip
+
+
 class DuplicateKey(ValueError):
     pass
 

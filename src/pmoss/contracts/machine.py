@@ -1,4 +1,4 @@
-"""Machine descriptor (DESIGN §4.1): the topology and the physical facts of one host.
+"""Machine descriptor (docs/design.md §4.1): the topology and the physical facts of one host.
 
 One YAML file per machine. `pmoss topology` writes one for this host from sysfs; the simulated
 pool's descriptors ship in `pmoss/sim/machines/`. A descriptor is validated on load, and every
@@ -185,7 +185,7 @@ class Machine(BaseModel):
 
 
 def default_reserved(cpus: list[Cpu], numa_nodes: int, routers_per_node: int = 1, sweepers_per_node: int = 1) -> list[int]:
-    """One router and one core sweeper per node (DESIGN §4.1): the first CPUs of each node.
+    """One router and one core sweeper per node (docs/design.md §4.1): the first CPUs of each node.
 
     A node too small to keep at least two workers after that reserves nothing: its router and
     sweeper threads then share CPUs with workers (the runtime allows it on small hosts)."""

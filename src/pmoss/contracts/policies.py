@@ -13,7 +13,7 @@ from pmoss.contracts.groups import groups_of
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.schedule import Kind, Schedule
 
-# The paper's offline policy mix (DESIGN §5).
+# The paper's offline policy mix (docs/design.md §5).
 PAPER_MIX: dict[str, float] = {"sn-grouped": 0.146, "sn-mixed": 0.128, "sn-spread": 0.018, "sn-random": 0.710}
 # The baselines every evaluation compares against: the paper's eight and the group heuristic.
 BASELINE_KINDS: tuple[str, ...] = (

@@ -1,4 +1,4 @@
-"""Spatial schedule (DESIGN §4.2, docs/contracts.md): for each slice, a NUMA node and the group of
+"""Spatial schedule (docs/design.md §4.2, docs/contracts.md): for each slice, a NUMA node and the group of
 worker cores that executes it.
 
 Schema version 2 names a slice's execution group compactly as an anchor worker `core[i]` and a
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.groups import WIDTH_CODE, WIDTHS, groups_of
@@ -82,6 +82,16 @@ class Schedule(BaseModel):
         if self.width is not None and self.kind in ANY_WORKER_KINDS:
             raise ValueError(f"width: kind {self.kind} executes on any worker and takes no width")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_width(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The contract writes no width for "the kind's own" (docs/contracts.md): the field is left
+        out, never written as null, so every dump (save_schedule, eval/schedules.json, `pmoss
+        schedule` on stdout) is a file the runtime's reader accepts."""
+        data = handler(self)
+        if data.get("width") is None:
+            data.pop("width", None)
+        return data
 
     def widths(self) -> list[str]:
         """The width of every slice (the kind's own where none is written; '' for any-worker kinds)."""

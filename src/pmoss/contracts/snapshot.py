@@ -1,4 +1,4 @@
-"""Raw snapshot contract (DESIGN §4.3): one row per episode, per-slice values as list columns.
+"""Raw snapshot contract (docs/design.md §4.3): one row per episode, per-slice values as list columns.
 
 Real (runtime + collector), simulated and legacy episodes all use this schema; only `source`
 tells them apart. Counters are raw counts, never ratios; a counter the host cannot provide is a
@@ -28,7 +28,7 @@ from pmoss.contracts.io import writing
 SNAPSHOT_SCHEMA_VERSION = 1
 SOURCES = ("real", "sim", "legacy")
 
-# The paper's portable core features, grouped as in DESIGN §4.3.
+# The paper's portable core features, grouped as in docs/design.md §4.3.
 CORE_FEATURES: tuple[str, ...] = (
     # front-end
     "instructions", "cycles", "l1i_misses", "branch_misses",

@@ -75,7 +75,7 @@ WORKLOADS: dict[str, Workload] = {
     ]
 }
 
-# The paper's five workloads (DESIGN §5), all Zipf 0.99.
+# The paper's five workloads (docs/design.md §5), all Zipf 0.99.
 PAPER_WORKLOADS = ("ycsb-a", "ycsb-c", "scan", "rsi-20-30-50", "rsi-25-50-25")
 
 

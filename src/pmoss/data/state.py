@@ -1,4 +1,4 @@
-"""State tokens over execution groups: what the model sees before slice t is placed (DESIGN §4.4).
+"""State tokens over execution groups: what the model sees before slice t is placed (docs/design.md §4.4).
 
 The state is kept per worker and read per candidate group (contracts/groups.py), so nothing in it
 has the size of a training machine: a model schedules any machine, any number of slices.
@@ -12,7 +12,7 @@ Per group g at step t: the members' mean of those channels, their node's mean, t
 size, whether g (or its node) took slice t-1, and what g would carry with slice t on top
 (share_t x W / |g|). The current slice's own counters are never visible at step t (the leakage
 guard); its share of queries is: it is set by the workload's key distribution, not by the
-schedule that ran (departure from DESIGN §4.4, which shows only earlier slices).
+schedule that ran (departure from docs/design.md §4.4, which shows only earlier slices).
 Training builds all N steps at once (exclusive cumulative sums); rollout keeps a running state.
 """
 

@@ -1,4 +1,4 @@
-"""Tokenisation (DESIGN §4.4): raw snapshots -> the tokenised dataset the model trains on.
+"""Tokenisation (docs/design.md §4.4): raw snapshots -> the tokenised dataset the model trains on.
 
 One row per episode of a kind with a node and an execution group per slice (every kind but the
 OS-placed and se-numa ones): normalised per-slice features [N x F] with an availability mask [F], a

@@ -3,7 +3,7 @@
 Trained on the top quantile of episodes by return within each machine x workload (the filter
 lives in the data loader, `EpisodeArrays(top_quantile=...)`, so every algorithm sees the same
 split); the loss is the DT's cross-entropy on actions. Without the filter this would clone the
-mostly random behaviour policy of the offline pool (DESIGN §5: 71% random schedules).
+mostly random behaviour policy of the offline pool (docs/design.md §5: 71% random schedules).
 """
 
 from __future__ import annotations

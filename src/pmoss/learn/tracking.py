@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pmoss.contracts.errors import PmossError
+from pmoss.contracts.io import NoProjectError, project_root
 
 TIMEOUT_ENV = "PMOSS_TRACKING_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 5.0
@@ -35,7 +36,16 @@ class TrackingUnreachable(PmossError):
 
 
 def default_tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow/mlflow.db').resolve()}"
+    """MLFLOW_TRACKING_URI, else the project's embedded store (contracts.io.project_root: the
+    directory with dvc.yaml from here upwards, or this pmoss's own checkout), wherever a command runs."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    try:
+        root = project_root()
+    except NoProjectError as e:
+        raise NoProjectError(f"{e}, or name a store with MLFLOW_TRACKING_URI") from None
+    return f"sqlite:///{root / 'mlflow' / 'mlflow.db'}"
 
 
 def artifact_location() -> str | None:

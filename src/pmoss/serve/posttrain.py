@@ -15,7 +15,7 @@ then, once per round:
 5. report: throughput of each served schedule, measured by the evaluation harness with the same
    seeds as every baseline (the observation seeds above are never used for the comparison).
 
-Every number comes from the simulated testbed (DESIGN §6): the report and the plot say source=sim.
+Every number comes from the simulated testbed (docs/design.md §6): the report and the plot say source=sim.
 """
 
 from __future__ import annotations

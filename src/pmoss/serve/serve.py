@@ -226,12 +226,27 @@ class Champion:
         try:
             version = str(client.get_model_version_by_alias(name, alias).version)
         except mlflow.exceptions.MlflowException as e:
-            if e.error_code != "INVALID_PARAMETER_VALUE":  # an unknown model or an unreachable server: an error
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":  # nothing registered under the name yet: no champion either
+                raise NoChampion(no_registered_model_reason(client, name)) from None
+            if e.error_code != "INVALID_PARAMETER_VALUE":  # e.g. an unreachable server: an error
                 raise
             raise NoChampion(no_champion_reason(client, name, alias)) from None
         if version == self.version:
             return version, Path()
         return version, fetch(f"models:/{name}/{version}")
+
+
+def no_registered_model_reason(client: Any, name: str) -> str:
+    """Why there is no model at all: nothing registered as `name` on this store (which names are)."""
+    import mlflow
+
+    try:
+        names = sorted(m.name for m in client.search_registered_models())
+    except mlflow.exceptions.MlflowException:
+        names = []
+    known = f"registered: {', '.join(names)}" if names else "nothing is registered"
+    return (f"no model named {name} on {mlflow.get_tracking_uri()} ({known}; `dvc repro` registers one, "
+            "`pmoss registry promote --eval ...` makes it champion)")  # fmt: skip
 
 
 def no_champion_reason(client: Any, name: str, alias: str) -> str:

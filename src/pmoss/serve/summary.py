@@ -11,8 +11,13 @@ from typing import Annotated, Any
 import typer
 
 from pmoss.contracts.errors import ContractError
+from pmoss.contracts.io import project_root
 
 PLOTS = ("speedup.png", "schedules.png")
+CONTROL_NOTE = {  # policies that are controls, not candidates: one line each under the table
+    "mask-only": "mask-only: a control, not a policy: the first model's network untrained, under the same inference masks "
+                 "(what the masks alone reach; a trained policy should beat it)",
+}  # fmt: skip
 
 
 def _read_json(path: Path, made_by: str) -> dict[str, Any]:
@@ -22,6 +27,14 @@ def _read_json(path: Path, made_by: str) -> dict[str, Any]:
         raise ContractError(f"{path}: not found; run {made_by} first (e.g. dvc repro)") from None
     except json.JSONDecodeError as e:
         raise ContractError(f"{path}: not JSON ({e.msg} at line {e.lineno}); re-run {made_by}") from None
+
+
+def _shown(path: Path) -> Path:
+    """`path` relative to the working directory where it lies below it (eval/speedup.png, not /.../eval/...)."""
+    try:
+        return path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
 
 def headline_table(metrics: dict[str, Any], what: str = "") -> Any:
@@ -39,17 +52,26 @@ def headline_table(metrics: dict[str, Any], what: str = "") -> Any:
 
 
 def summary_command(
-    eval_dir: Annotated[Path, typer.Option("--eval", help="The evaluate stage's output directory.")] = Path("eval"),
-    tracking_uri: Annotated[str, typer.Option(envvar="MLFLOW_TRACKING_URI", help="Where the MLflow runs and registry live.")] = "sqlite:///mlflow/mlflow.db",
+    eval_dir: Annotated[Path | None, typer.Option("--eval", help="The evaluate stage's output directory (default: the project's eval/, "
+                                                                  "the project being the directory with dvc.yaml from here upwards).")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(envvar="MLFLOW_TRACKING_URI", help="Where the MLflow runs and registry live "
+                                                                                       "(default: the project's mlflow/mlflow.db).")] = None,
 ) -> None:
     """One screen after the pipeline: headline metrics, the registered candidate, plots, next commands."""
     from rich.console import Console
 
+    from pmoss.learn.tracking import default_tracking_uri
+
+    if eval_dir is None:
+        eval_dir = _shown(project_root() / "eval")
     metrics = _read_json(eval_dir / "metrics.json", "the evaluate stage")
     receipt = _read_json(eval_dir / "registered.json", "the register stage")
     console = Console()
     say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
     console.print(headline_table(metrics))
+    for policy, note in CONTROL_NOTE.items():
+        if policy in metrics:
+            say(note)
     unseen = eval_dir / "unseen" / "metrics.json"  # the evaluate-unseen stage: a machine in no training pool
     if unseen.exists():
         console.print(headline_table(_read_json(unseen, "the evaluate-unseen stage").get("unseen", {}), " on an unseen machine (IBM POWER8)"))
@@ -60,4 +82,4 @@ def summary_command(
     say(f"plots:      {plots or '-'}   (dvc plots show: speedup per cell, training loss)")
     say("next:       pmoss registry list  |  pmoss registry promote --eval datasets/pools/eval-tiny.yaml")
     say("compare:    dvc exp show --only-changed --drop '.*/.*|unseen\\..*'  |  dvc plots diff")
-    say(f"browse:     mlflow ui --backend-store-uri {tracking_uri}")
+    say(f"browse:     mlflow ui --backend-store-uri {tracking_uri or default_tracking_uri()}")

@@ -1,4 +1,4 @@
-"""Simulated testbed: a machine model that stands in for the paper's servers (DESIGN §6).
+"""Simulated testbed: a machine model that stands in for the paper's servers (docs/design.md §6).
 
 Every episode it writes says `source=sim`. Entry points:
 `simulate` / `simulate_batch` (raw snapshot rows), `throughput` (noise-free model),

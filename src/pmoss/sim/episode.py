@@ -1,4 +1,4 @@
-"""Simulated episodes: run the model for schedules and emit raw snapshot rows (DESIGN §4.3).
+"""Simulated episodes: run the model for schedules and emit raw snapshot rows (docs/design.md §4.3).
 
 `simulate` gives one row, `simulate_batch` many (same machine, workload and dataset) through one
 vectorised model call. Counters are raw counts over the window derived from the model's per-query

@@ -9,7 +9,7 @@ from pmoss.contracts.errors import ContractError
 from pmoss.contracts.machine import Machine, load_machine
 
 MACHINE_DIR = Path(__file__).parent / "machines"
-# The paper's offline pool (DESIGN §5); `ibm-power8` is the unseen machine.
+# The paper's offline pool (docs/design.md §5); `ibm-power8` is the unseen machine.
 PAPER_MACHINES = ("amd-milan-nps1", "amd-milan-nps4", "intel-skx-4s", "intel-snb-4s", "nvidia-grace")
 UNSEEN_MACHINES = ("ibm-power8",)
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from pmoss.contracts.workload import Workload
 
-LEAF_CAPACITY = 255  # entries per leaf (DESIGN §5)
+LEAF_CAPACITY = 255  # entries per leaf (docs/design.md §5)
 INNER_CAPACITY = 255  # a 4 KiB inner node: 8-byte keys + 8-byte child pointers
 FILL = 0.69  # steady-state fill of a B+-tree built by random inserts (Yao's ln 2)
 BULK_FILL = 1.0  # the runtime bulk-loads every slice's tree with full nodes (runtime.c: pm_tree_bulk_load(.., 100))
