@@ -12,6 +12,10 @@ The update is `Algorithm.update` (same losses, AdamW, clipping and schedule as `
 without Lightning's per-step bookkeeping). Runs unchanged on a GPU host: CUDA + bf16 autocast.
 
     .venv/bin/python benchmarks/bench_train.py [--steps 3]
+    .venv/bin/python benchmarks/bench_train.py --configs paper --machine 1024 --n-slices 2048 --batch-size 4 --episodes 8
+
+The second form is issue #39's size (2,048-slice episodes on a 16-node x 64-worker machine); its
+records are named `train_samples_per_s_<config>_<slices>x<workers>`.
 """
 
 from __future__ import annotations
@@ -28,11 +32,11 @@ import pyarrow as pa
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_inference import N, machine_64  # noqa: E402
+from bench_inference import N, machine_64, machine_1024  # noqa: E402
 
 from pmoss.bench import write_record  # noqa: E402
 from pmoss.contracts.io import load_model  # noqa: E402
-from pmoss.contracts.machine import save_machine  # noqa: E402
+from pmoss.contracts.machine import Machine, save_machine  # noqa: E402
 from pmoss.contracts.snapshot import SLICE_FEATURES  # noqa: E402
 from pmoss.data.dataset import write_tokens  # noqa: E402
 from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats  # noqa: E402
@@ -48,9 +52,10 @@ from pmoss.learn.train import (  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def synthetic_tokens(path: Path, episodes: int, seed: int = 0) -> Path:
-    """Random-policy episodes on the 64-worker benchmark machine, written as a tokenised dataset."""
-    m = machine_64()
+def synthetic_tokens(path: Path, episodes: int, seed: int = 0, m: Machine | None = None, n: int = N) -> Path:
+    """Random-policy episodes on a benchmark machine (64 workers by default), written as a tokenised dataset."""
+    m = m or machine_64()
+    N = n  # noqa: N806  the episode length, shadowing the module's default
     rng = np.random.default_rng(seed)
     cols = {f.name: [] for f in TOKENS_SCHEMA}
     for e in range(episodes):
@@ -151,21 +156,33 @@ def profile_step(ds: EpisodeArrays, cfg: TrainConfig, device: torch.device, step
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3, help="timed update steps per config (after one warm-up step)")
+    ap.add_argument("--configs", default="tiny,paper", help="comma-separated training/dt-NAME.yaml configs")
+    ap.add_argument("--machine", choices=("64", "1024"), default="64", help="benchmark machine: 64 or 1024 workers")
+    ap.add_argument("--n-slices", type=int, default=N, help="slices per episode (the model's context)")
+    ap.add_argument("--batch-size", type=int, default=None, help="override the config's batch size (memory)")
+    ap.add_argument("--episodes", type=int, default=96, help="synthetic episodes written to disk")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    m = machine_64() if args.machine == "64" else machine_1024()
+    size = "" if (args.machine, args.n_slices) == ("64", N) else f"_{args.n_slices}x{m.n_workers}"
     with tempfile.TemporaryDirectory() as tmp:
-        path = synthetic_tokens(Path(tmp), episodes=96)
+        path = synthetic_tokens(Path(tmp), episodes=args.episodes, m=m, n=args.n_slices)
         ds = EpisodeArrays(path, "train")
-        for name in ("tiny", "paper"):
+        for name in args.configs.split(","):
             cfg = load_model(TrainConfig, ROOT / "training" / f"dt-{name}.yaml")
+            if args.batch_size:
+                cfg = cfg.model_copy(update={"batch_size": args.batch_size})
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             base = loader_samples_per_s(ds, cfg, batches=max(4, args.steps), device=device)
             value, params = train_samples_per_s(ds, cfg, args.steps, device)
             flops = step_flops(cfg, ds)
             parts = profile_step(ds, cfg, device, args.steps)
-            write_record(f"train_samples_per_s_{name}", f"pre-training samples/s (dt-{name}.yaml, {N} slices, 64 workers, batch {cfg.batch_size})",
+            peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
+            write_record(f"train_samples_per_s_{name}{size}", f"pre-training samples/s (dt-{name}.yaml, {args.n_slices} slices, {m.n_workers} workers, batch {cfg.batch_size})",
                          value, "samples/s", "data loader alone (same batches, state features built)", base, device=str(device),
                          precision="bf16-mixed" if device.type == "cuda" else "fp32", params=params, threads=torch.get_num_threads(),
-                         step_gflop=flops / 1e9, achieved_gflops=flops * value / cfg.batch_size / 1e9, loss_steps=cfg.loss_steps, **parts)  # fmt: skip
+                         step_gflop=flops / 1e9, achieved_gflops=flops * value / cfg.batch_size / 1e9, loss_steps=cfg.loss_steps, gpu_peak_mib=peak, **parts)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -95,6 +95,21 @@ def test_learner_smoke_two_steps_and_checkpoint_round_trip(tmp_path, algo):
     assert a == b, "a restored learner must take exactly the same next step"
 
 
+@pytest.mark.parametrize("algo", ["dt", "bc", "cql"])
+def test_update_under_bf16_autocast(tmp_path, algo):
+    """A GPU trains under bf16 autocast (`precision="bf16-mixed"`): the state features must stay
+    fp32 (their masked max/min use fp32's largest value, which bf16 cannot hold) and the sampled
+    loss steps live on the batch's device. CPU autocast reproduces what failed on an H100."""
+    data = make_tokens(tmp_path / "tok")
+    cfg = TrainConfig(**{**TINY, "loss_steps": 8})
+    ds = EpisodeArrays(data, "train", top_quantile=0.5 if algo == "bc" else None)
+    torch.manual_seed(0)
+    learner = build_algorithm(algo, model_config_for(ds.stats, cfg, algo), cfg)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = learner.update(_batch(ds, [0, 1, 2, 3]))
+    assert np.isfinite(out["loss"]), f"{algo} under bf16 autocast: loss {out['loss']}"
+
+
 def test_bc_keeps_top_quantile_per_machine_workload():
     returns = np.array([1.0, 5.0, 3.0, 2.0, 10.0, 20.0, 30.0, 40.0])
     groups = ["a"] * 4 + ["b"] * 4

@@ -225,7 +225,7 @@ def chosen_means(groups: torch.Tensor, values: torch.Tensor, sparse: SparseGroup
     B, N, C = values.shape
     gmean = values.new_zeros(B, sparse.inv_size.shape[0] + 1, C)  # + the scratch group
     out = values.new_empty(B, N, C)
-    b = torch.arange(B)
+    b = torch.arange(B, device=values.device)
     over, coef = sparse.overlap[groups], sparse.overlap_coef[groups]  # [B, N, R]
     for t in range(N):
         out[:, t] = gmean[b, groups[:, t]]

@@ -50,7 +50,7 @@ class CQL(Algorithm):
         k = self.train_cfg.loss_steps if self.training else None
         steps = sample_steps(batch, k)
         if steps is None:
-            steps = torch.arange(N).expand(B, N)
+            steps = torch.arange(N, device=batch["actions"].device).expand(B, N)
         nxt = (steps + 1).clamp(max=N - 1)  # the TD target reads the next slice's Q
         summary, chosen, groups = batch_inputs(batch, torch.cat([steps, nxt], 1))
         K = steps.shape[1]

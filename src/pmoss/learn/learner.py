@@ -36,13 +36,16 @@ def sample_steps(batch: Batch, k: int | None) -> torch.Tensor | None:
     B, N = batch["actions"].shape
     if not k or k >= N:
         return None
-    return torch.rand(B, N).argsort(-1)[:, :k].sort(-1).values
+    # drawn on the CPU generator (the same steps on any device, seeded runs reproduce), then moved
+    return torch.rand(B, N).argsort(-1)[:, :k].sort(-1).values.to(batch["actions"].device)
 
 
 def batch_inputs(batch: Batch, steps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(state summaries [B, N, S], the data's groups' features [B, N, D], every group's features at
     `steps` [B, K, G, D]), teacher forced (slice t's own counters excluded)."""
-    with torch.no_grad():  # inputs, not parameters: no graph needed
+    # inputs, not parameters: no graph needed; and exact fp32 under bf16 autocast (masked max/min
+    # use fp32's largest value, which bf16 cannot hold)
+    with torch.no_grad(), torch.autocast(batch["actions"].device.type, enabled=False):
         return teacher_forced(batch["actions"], batch["feats"], batch["share"], batch, steps)
 
 
