@@ -90,3 +90,23 @@ def test_the_oracle_reference_is_the_best_schedule_known_for_the_cell():
     assert detail["cells"]["m|a"]["oracle_from"] == "os-default" and detail["cells"]["m|b"]["oracle_from"] == "search"
     assert detail["cells"]["m|a"]["dt_vs_oracle"] == 105.0 / 120.0 and detail["cells"]["m|b"]["dt_vs_oracle"] == 0.9
     assert all(detail["cells"][c]["dt_vs_oracle"] <= detail["cells"][c]["dt_vs_best_baseline"] for c in cells)
+
+
+def test_served_picks_are_counted_per_policy():
+    """own_picks counts the cells where a policy served its own proposal; a critic's heuristic or
+    the running schedule is not the policy's, and the detail names each cell's pick."""
+    from conftest import small_machine
+
+    from pmoss.contracts.policies import generate
+    from pmoss.evaluate import pick_of, summarise
+
+    m = small_machine()
+    base = generate("sn-numa", m, 8)
+    served = {"m|a": {"dt": base.model_copy(update={"provenance": {"pick": "sample3"}}), "plain": base},
+              "m|b": {"dt": base.model_copy(update={"provenance": {"pick": "sn-hot"}}), "plain": base},
+              "m|c": {"dt": base.model_copy(update={"provenance": {"pick": "running"}}), "plain": base}}  # fmt: skip
+    assert [pick_of(served[c]["dt"]) for c in ("m|a", "m|b", "m|c")] == ["own", "heuristic", "running"]
+    cells = {c: {"os-default": 100.0, "dt": 101.0, "plain": 99.0} for c in served}
+    head, detail = summarise(cells, ["dt", "plain"], ["os-default"], served)
+    assert head["dt"]["own_picks"] == 1 and head["plain"]["own_picks"] == 3
+    assert detail["cells"]["m|b"]["dt_pick"] == "heuristic"

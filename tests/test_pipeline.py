@@ -55,7 +55,7 @@ def test_dvc_repro_tiny(tmp_path):
     assert metrics["source"] == "sim" and metrics["n_cells"] == 4
     per = {k: v for k, v in metrics.items() if isinstance(v, dict)}
     assert set(per) == {"dt-base", "dt-assistant", "bc", "cql", "dt-critic", "mask-only"} and set(metrics) == set(per) | {"source", "n_cells"}
-    assert all(g["vs_best"] > 0 and g["vs_oracle"] > 0 and set(g) == {"vs_best", "vs_one_core", "vs_oracle", "cells_ge_best"} for g in per.values())
+    assert all(g["vs_best"] > 0 and g["vs_oracle"] > 0 and set(g) == {"vs_best", "vs_one_core", "vs_oracle", "cells_ge_best", "own_picks"} for g in per.values())
     assert len(json.loads((tmp_path / "eval/cells-detail.json").read_text())["cells"]) == 4
     assert (tmp_path / "eval/speedup.png").stat().st_size > 1000
     assert (tmp_path / "models/base/train-loss.csv").read_text().startswith("step,train_loss\n10,")

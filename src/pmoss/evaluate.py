@@ -198,16 +198,29 @@ HEADLINE_KEYS = ("vs_best_baseline", "vs_best_one_core_baseline", "vs_oracle")
 # 4 policies x 4 figures must stay readable in a terminal.
 HEADLINE_NAMES = {"vs_best_baseline": "vs_best", "vs_best_one_core_baseline": "vs_one_core", "vs_oracle": "vs_oracle"}
 CELLS_AT_BEST = "cells_ge_best"  # cells where the policy is at or above the best baseline
+OWN_PICKS = "own_picks"  # cells where what the policy served is its own proposal (not a heuristic, not the running schedule)
 
 
-def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def pick_of(schedule: Schedule) -> str:
+    """What a served schedule is: "own" (the policy's greedy rollout or one of its samples),
+    "heuristic" (a group heuristic a critic picked among the candidates) or "running" (a critic kept
+    the schedule that ran). A plain rollout is its own proposal."""
+    pick = (schedule.provenance or {}).get("pick")
+    if pick is None or pick == "greedy" or str(pick).startswith("sample"):
+        return "own"
+    return "running" if pick == "running" else "heuristic"
+
+
+def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines: list[str],
+              schedules: dict[str, dict[str, Schedule]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """(headline, detail). Headline (`metrics.json`, what `dvc metrics show` / `dvc exp show` print):
     per learned policy the geometric means over cells vs the best baseline (`vs_best`, the target),
     vs the best one-core baseline (`vs_one_core`: what one core per slice can express) and vs the
     oracle (the best schedule known for the cell: the search's, or the best baseline where that
     measured higher, named in the detail's `oracle_from`), and how many cells are at or above the
-    best baseline (`cells_ge_best`).
-    Detail (`cells-detail.json`): the same ratios per cell."""
+    best baseline (`cells_ge_best`); with the served `schedules`, in how many cells the policy served
+    its own proposal rather than a heuristic or the running schedule (`own_picks`).
+    Detail (`cells-detail.json`): the same ratios per cell, and each policy's pick (`POLICY_pick`)."""
     one_core = [b for b in baselines if b in ONE_CORE_KINDS]
     detail: dict[str, Any] = {"source": "sim", "cells": {}}
     ratios: dict[str, dict[str, list[float]]] = {m: {k: [] for k in HEADLINE_KEYS} for m in learned}
@@ -228,11 +241,16 @@ def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines:
             for k, ref in refs.items():
                 entry[f"{m}_{k}"] = tp[m] / ref
                 ratios[m][k].append(tp[m] / ref)
+            if schedules is not None and m in schedules.get(cell, {}):
+                entry[f"{m}_pick"] = pick_of(schedules[cell][m])
         detail["cells"][cell] = entry
     headline: dict[str, Any] = {"source": "sim", "n_cells": len(cells)}
     for m, r in ratios.items():
         headline[m] = {HEADLINE_NAMES[k]: round(float(np.exp(np.mean(np.log(v)))), 4) for k, v in r.items() if v}
         headline[m][CELLS_AT_BEST] = int(sum(x >= 1.0 for x in r["vs_best_baseline"]))
+        picks = [e[f"{m}_pick"] for e in detail["cells"].values() if f"{m}_pick" in e]
+        if picks:
+            headline[m][OWN_PICKS] = picks.count("own")
     return headline, detail
 
 
@@ -407,7 +425,7 @@ def evaluate_command(
         bundles[MASK_CONTROL] = untrained_like(next(iter(bundles.values())))
     schedules: dict[str, dict[str, Schedule]] = {}
     cells = evaluate_cells(cfg, bundles, keep=schedules)
-    headline, detail = summarise(cells, list(bundles), cfg.baselines)
+    headline, detail = summarise(cells, list(bundles), cfg.baselines, schedules)
     atomic_write_text(output / "metrics.json", json.dumps({label: headline} if label else headline, indent=1) + "\n")
     atomic_write_text(output / "cells-detail.json", json.dumps(detail, indent=1) + "\n")
     atomic_write_text(output / "cells.json", json.dumps(cells, indent=1) + "\n")

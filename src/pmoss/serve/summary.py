@@ -41,13 +41,14 @@ def headline_table(metrics: dict[str, Any], what: str = "") -> Any:
     from rich.table import Table
 
     table = Table(title=f"learned policies vs the baselines{what}, geo-mean over {metrics.get('n_cells', '?')} cells (source={metrics.get('source', '?')})")
-    for col in ("policy", "vs best baseline", "vs best one-core", "vs oracle", "cells >= best"):
+    for col in ("policy", "vs best baseline", "vs best one-core", "vs oracle", "cells >= best", "own picks"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     from pmoss.evaluate import policy_figures
 
     for policy, g in policy_figures(metrics).items():
         cells = [f"{g[k]:.3f}" if k in g else "-" for k in ("vs_best", "vs_one_core", "vs_oracle")]
-        table.add_row(policy, *cells, f"{g.get('cells_ge_best', '-')} of {metrics.get('n_cells', '?')}")
+        own = f"{g['own_picks']} of {metrics.get('n_cells', '?')}" if "own_picks" in g else "-"
+        table.add_row(policy, *cells, f"{g.get('cells_ge_best', '-')} of {metrics.get('n_cells', '?')}", own)
     return table
 
 
