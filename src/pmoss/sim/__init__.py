@@ -19,6 +19,7 @@ from pmoss.sim.hardware import Calibration
 from pmoss.sim.oracle import oracle
 from pmoss.sim.pool import (
     PAPER_MACHINES,
+    PAPER_UNSEEN,
     UNSEEN_MACHINES,
     UnknownMachineError,
     expand_machines,
@@ -27,7 +28,7 @@ from pmoss.sim.pool import (
 )
 
 __all__ = [
-    "PAPER_MACHINES", "UNSEEN_MACHINES", "Calibration", "SimInputError", "UnknownMachineError",
+    "PAPER_MACHINES", "PAPER_UNSEEN", "UNSEEN_MACHINES", "Calibration", "SimInputError", "UnknownMachineError",
     "expand_machines", "fidelity_checks", "fidelity_table", "list_machines", "load_sim_machine", "oracle",
     "simulate", "simulate_batch", "throughput", "unavailable_features",
 ]  # fmt: skip
