@@ -15,14 +15,14 @@ import time
 from pmoss.bench import RESULTS
 from pmoss.contracts.policies import BASELINE_KINDS
 from pmoss.contracts.workload import PAPER_WORKLOADS
-from pmoss.sim import PAPER_MACHINES, UNSEEN_MACHINES, load_sim_machine
+from pmoss.sim import PAPER_MACHINES, PAPER_UNSEEN, load_sim_machine
 from pmoss.sim.fidelity import fidelity_row
 from pmoss.sim.oracle import budget_for
 
 
 def grid(n_slices: int, dataset: str) -> list[dict]:
     rows = []
-    for m in PAPER_MACHINES + UNSEEN_MACHINES:
+    for m in PAPER_MACHINES + PAPER_UNSEEN:  # the paper's grid and its unseen POWER8
         for w in PAPER_WORKLOADS:
             t = time.perf_counter()
             row = fidelity_row(m, w, dataset=dataset, n_slices=n_slices, oracle_budget=budget_for(load_sim_machine(m)), one_core_oracle=True)

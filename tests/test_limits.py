@@ -122,7 +122,7 @@ def test_memory_estimates_stay_above_measured_peaks():
     work that does not fit. Unusual sizes, so no cache of an earlier test serves the call."""
     from pmoss.contracts.limits import PLAN_BYTES_PER_EPISODE, PLAN_BYTES_PER_SLICE, sim_bytes
 
-    m = load_sim_machine("ibm-power8")  # the pool's largest machine
+    m = load_sim_machine("ibm-power8")  # the heaviest per slice (its L4): 5x the peak of the 384-thread amd-genoa-nps4
     schedules = [generate("sn-random", m, 200, seed=i) for i in range(8)]
     tracemalloc.start()
     simulate_batch(m, "ycsb-e", "dense", schedules, seeds=list(range(8)), n_records=123_457)

@@ -9,8 +9,9 @@ from pmoss.sim.descriptors import SPECS, render
 from pmoss.sim.pool import descriptor_path
 
 
-def test_pool_is_the_papers():
+def test_pool_is_the_papers_and_the_unseen_set():
     assert set(list_machines()) == set(PAPER_MACHINES) | set(UNSEEN_MACHINES)
+    assert not set(PAPER_MACHINES) & set(UNSEEN_MACHINES)
 
 
 @pytest.mark.parametrize("name", list_machines())
@@ -31,6 +32,11 @@ def test_descriptor_loads_with_source_and_default_reservations(name):
         ("intel-snb-4s", 4, 4, 64, 4, 2),
         ("nvidia-grace", 1, 1, 72, 1, 1),
         ("ibm-power8", 2, 2, 160, 20, 8),
+        ("intel-spr-snc4", 2, 8, 224, 8, 2),
+        ("amd-genoa-nps4", 2, 8, 384, 24, 2),
+        ("ampere-altra", 1, 1, 80, 1, 1),
+        ("aws-graviton3", 1, 1, 64, 1, 1),
+        ("amd-bergamo-nps4", 1, 4, 256, 16, 2),
     ],
 )
 def test_topology_matches_spec(name, sockets, nodes, cpus, l3_domains, smt):
@@ -54,5 +60,5 @@ def test_shipped_yaml_is_what_the_generator_writes():
 
 
 def test_unknown_machine_names_it_and_the_known_ones():
-    with pytest.raises(ContractError, match="'nope'.*known: amd-milan-nps1"):
+    with pytest.raises(ContractError, match="'nope'.*known: .*amd-milan-nps1.*gen-<seed>"):
         load_sim_machine("nope")

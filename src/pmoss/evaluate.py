@@ -35,7 +35,7 @@ class EvalConfig(BaseModel):
     """Checked whole on load (names, counts), so a bad cell fails before the first one runs."""
 
     model_config = ConfigDict(extra="forbid")
-    machines: list[str] = Field(min_length=1)  # pool names, descriptor files, or directories of them
+    machines: list[str] = Field(min_length=1)  # pool names, generated ranges gen:A-B, descriptor files, or directories of them
     workloads: Annotated[list[str], one_of(WORKLOADS, "workload")] = Field(min_length=1)
     dataset: Annotated[str, one_of(DATASETS, "dataset")] = "dense"
     n_slices: Annotated[int, Field(ge=1), at_most(MAX_SLICES, "the runtime's slice cap")] = 256
@@ -53,14 +53,15 @@ class EvalConfig(BaseModel):
     @field_validator("machines")
     @classmethod
     def _known_machines(cls, refs: list[str]) -> list[str]:
-        from pmoss.sim import expand_machines, load_sim_machine
+        """Every machine loads; generated ranges come back as their names (files and directories as given)."""
+        from pmoss.sim import expand_generated, expand_machines, load_sim_machine
 
         try:
             for ref in expand_machines(refs):
                 load_sim_machine(ref)
+            return expand_generated(refs)
         except ContractError as e:
             raise ValueError(str(e).removeprefix("machine: ")) from None
-        return refs
 
 
 def check_memory(cfg: EvalConfig, n_policies: int, where: Any) -> None:

@@ -107,7 +107,7 @@ def load_backend_machine(backend: str, name: str, source: str = "pool", descript
         try:
             return load_sim_machine(name)
         except UnknownMachineError:
-            raise CollectError(f"{source}: field 'machines': unknown simulated machine '{name}' (known: {', '.join(list_machines())})") from None
+            raise CollectError(f"{source}: field 'machines': unknown simulated machine '{name}' (known: {', '.join(list_machines())}, gen-<seed> for a generated one)") from None
     raise CollectError(f"{source}: field 'backend': '{backend}' is not one of sim, runtime")
 
 

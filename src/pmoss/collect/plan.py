@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
+    field_validator,
     model_validator,
 )
 
@@ -61,6 +62,18 @@ class Pool(BaseModel):
     hosts: dict[str, str] = {}
     # machine -> descriptor file for real hosts; absent = `pmoss topology` of the host the episode runs on
     descriptors: dict[str, str] = {}
+
+    @field_validator("machines")
+    @classmethod
+    def _generated(cls, refs: list[str]) -> list[str]:
+        """A generated range `gen:A-B` becomes its machines gen-A ... gen-B (both ends included)."""
+        from pmoss.contracts.errors import ContractError
+        from pmoss.sim.pool import expand_generated
+
+        try:
+            return expand_generated(refs)
+        except ContractError as e:
+            raise ValueError(str(e).removeprefix("machine: ")) from None
 
     @model_validator(mode="after")
     def _mix(self) -> Pool:

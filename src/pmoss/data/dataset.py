@@ -63,9 +63,9 @@ def resolve_machines(names: set[str], machines_dir: Path | None) -> dict[str, Ma
         if path and path.is_file():
             out[name] = load_machine(path)
             continue
-        from pmoss.sim import list_machines, load_sim_machine
+        from pmoss.sim import is_sim_machine, load_sim_machine
 
-        if name not in list_machines():
+        if not is_sim_machine(name):
             raise ContractError(f"machine '{name}': no descriptor (pass --machines DIR holding {name}.yaml)")
         out[name] = load_sim_machine(name)
     return out

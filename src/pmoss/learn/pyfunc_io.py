@@ -90,10 +90,10 @@ def example_input(bundle: Any) -> Any:
 
     from pmoss.contracts.policies import generate
     from pmoss.contracts.workload import get_workload
-    from pmoss.sim import list_machines, load_sim_machine, simulate
+    from pmoss.sim import is_sim_machine, load_sim_machine, simulate
 
     cells = [k.split("|") for k in sorted(bundle.stats.best_return)]
-    cell = next((c for c in cells if len(c) == 2 and c[0] in list_machines()), None)
+    cell = next((c for c in cells if len(c) == 2 and is_sim_machine(c[0])), None)
     if cell is None:
         return None
     m = load_sim_machine(cell[0])

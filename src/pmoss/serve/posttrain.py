@@ -82,7 +82,7 @@ def check_inputs(cfg: PostTrainConfig) -> tuple[Machine, Any, Pool]:
     try:
         machine = load_sim_machine(cfg.machine)
     except UnknownMachineError:
-        raise PostTrainError(f"--machine: unknown simulated machine '{cfg.machine}' (known: {', '.join(list_machines())})") from None
+        raise PostTrainError(f"--machine: unknown simulated machine '{cfg.machine}' (known: {', '.join(list_machines())}, gen-<seed> for a generated one)") from None
     if not (Path(cfg.model) / "model.pt").is_file() and not Path(cfg.model).is_file():
         raise PostTrainError(f"--model {cfg.model}: no model bundle (model.pt) there; train one first (`pmoss train ... -o {cfg.model}`)")
     bundle = load_bundle(cfg.model)

@@ -15,7 +15,7 @@ from pmoss.contracts.io import atomic_write_text
 from pmoss.contracts.policies import BASELINE_KINDS, generate
 from pmoss.contracts.workload import DATASETS, WORKLOADS
 from pmoss.sim.episode import SimInputError, simulate
-from pmoss.sim.pool import descriptor_path, list_machines, load_sim_machine
+from pmoss.sim.pool import descriptor_text, list_machines, load_sim_machine
 
 app = typer.Typer(help="Simulated testbed (every result says source=sim).", no_args_is_help=True, add_completion=False)
 out = Console()
@@ -34,9 +34,9 @@ def list_command() -> None:
 
 
 @app.command("describe")
-def describe_command(name: Annotated[str, typer.Argument(help="Machine name (see `pmoss sim list`).")]) -> None:
+def describe_command(name: Annotated[str, typer.Argument(help="Machine name (see `pmoss sim list`), or gen-<seed> for a generated one.")]) -> None:
     """Print a machine's descriptor YAML."""
-    print(descriptor_path(name).read_text(), end="")
+    print(descriptor_text(name), end="")
 
 
 @app.command("fidelity")
