@@ -135,9 +135,11 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
 
 def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = True, keep: dict[str, dict[str, Schedule]] | None = None) -> dict[str, dict[str, float]]:
     """Every machine x workload cell of `cfg`: throughput of each baseline and each bundle.
-    With `keep`, the learned/oracle schedules of each cell are collected there too."""
+    With `keep`, the learned/oracle schedules of each cell are collected there too. `progress`: a
+    bar on a terminal; else (or not `progress`) a line every PMOSS_PROGRESS_S seconds (learn/progress.py)."""
     from rich.progress import track
 
+    from pmoss.learn.progress import Ticker, line_interval, show_bar
     from pmoss.sim import expand_machines, load_sim_machine
     from pmoss.sim.oracle import on_cores
 
@@ -147,10 +149,14 @@ def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = Tr
     # descriptor file's machine is known by name only in this process)
     oracles: list[Schedule | None] = [None] * len(pairs)
     if cfg.oracle:
-        oracles = on_cores(cell_oracle, [(load_sim_machine(m), w, cfg) for m, w in pairs], progress="oracle" if progress else None)
+        oracles = on_cores(cell_oracle, [(load_sim_machine(m), w, cfg) for m, w in pairs], progress="evaluate: oracle searches", unit="search",
+                           quiet=not progress)  # fmt: skip
     cells = {}
-    for (m, w), oracle in track(list(zip(pairs, oracles, strict=True)), description="evaluate", disable=not progress):
-        cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None, oracle)
+    bar = show_bar(progress)
+    with Ticker("evaluate", len(pairs), "cell", line_interval(bar)) as ticker:
+        for (m, w), oracle in track(list(zip(pairs, oracles, strict=True)), description="evaluate", disable=not bar):
+            cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None, oracle)
+            ticker.advance()
     return cells
 
 
