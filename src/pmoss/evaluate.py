@@ -32,23 +32,25 @@ EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values
 
 
 class EvalConfig(BaseModel):
-    """Checked whole on load (names, counts), so a bad cell fails before the first one runs."""
+    """Checked whole on load (names, counts), so a bad cell fails before the first one runs. Numbers
+    and the flag are strict, as a machine descriptor's (contracts/machine.py): a YAML `true` is no
+    number, though pydantic would read it as 1 (nor is "3" or 3.0 a count, 1 a flag)."""
 
     model_config = ConfigDict(extra="forbid")
     machines: list[str] = Field(min_length=1)  # pool names, descriptor files, or directories of them
     workloads: Annotated[list[str], one_of(WORKLOADS, "workload")] = Field(min_length=1)
     dataset: Annotated[str, one_of(DATASETS, "dataset")] = "dense"
-    n_slices: Annotated[int, Field(ge=1), at_most(MAX_SLICES, "the runtime's slice cap")] = 256
-    slices_per_worker: float | None = Field(None, gt=0, le=1024)  # set: each machine gets slices_for(machine, this) slices instead of n_slices
-    n_records: Annotated[int, Field(ge=1), at_most(MAX_RECORDS, "2**40 records, 16 TiB of keys and values: more than any machine holds")] = 10_000_000
-    window_s: float = Field(10.0, gt=0)
-    runs: int = Field(3, ge=1)  # evaluation seeds per schedule
+    n_slices: Annotated[int, Field(ge=1, strict=True), at_most(MAX_SLICES, "the runtime's slice cap")] = 256
+    slices_per_worker: float | None = Field(None, gt=0, le=1024, strict=True)  # set: each machine gets slices_for(machine, this) slices instead of n_slices
+    n_records: Annotated[int, Field(ge=1, strict=True), at_most(MAX_RECORDS, "2**40 records, 16 TiB of keys and values: more than any machine holds")] = 10_000_000  # fmt: skip
+    window_s: float = Field(10.0, gt=0, strict=True, allow_inf_nan=False)
+    runs: int = Field(3, ge=1, strict=True)  # evaluation seeds per schedule
     baselines: Annotated[list[str], one_of(BASELINE_KINDS, "schedule kind")] = list(BASELINE_KINDS)
-    oracle: bool = False
-    target_factor: float = Field(2.0, gt=0)
+    oracle: bool = Field(False, strict=True)
+    target_factor: float = Field(2.0, gt=0, strict=True, allow_inf_nan=False)
     # the snapshot is seeded seed_base - 1, run r seed_base + r; another base gives a validation set
     # (design choices) whose seeds the evaluation never reads
-    seed_base: int = Field(EVAL_SEED_BASE, ge=1)
+    seed_base: int = Field(EVAL_SEED_BASE, ge=1, strict=True)
 
     @field_validator("machines")
     @classmethod
