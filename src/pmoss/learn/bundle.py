@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import pickle
+import traceback
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,7 @@ def save_bundle(bundle: Bundle, path: Path) -> None:
         tmp.replace(path)
     except (OSError, RuntimeError) as e:
         error = write_failure(e, path)  # before the cleanup: while the partial file fills the disk, a full disk shows
+        traceback.clear_frames(e.__traceback__)  # torch's writer, held by a frame, keeps the file open: close it
         tmp.unlink(missing_ok=True)
         if error is None:
             raise
