@@ -24,12 +24,12 @@ def test_an_installed_venv_runs_its_own_tools_from_path(tmp_path):
     tool.write_text("#!/bin/sh\necho the venv pmoss\n")
     tool.chmod(0o755)
     run_tool = "import subprocess, sys; sys.exit(subprocess.run(['sh', '-c', 'pmoss']).returncode)"
-    before = subprocess.run([*_env(tmp_path), str(venv / "bin" / "python"), "-c", run_tool], capture_output=True, text=True)
+    before = subprocess.run([*_env(tmp_path), str(venv / "bin" / "python"), "-c", run_tool], capture_output=True, text=True, check=False)
     assert before.returncode == 127  # the issue: the venv's own tool is not found
 
     r = subprocess.run([str(venv / "bin" / "python"), str(SETUP / "pmoss_venv_path.py")], capture_output=True, text=True, check=True)
     assert "pmoss-venv-path.pth" in r.stdout
-    after = subprocess.run([*_env(tmp_path), str(venv / "bin" / "python"), "-c", run_tool], capture_output=True, text=True)
+    after = subprocess.run([*_env(tmp_path), str(venv / "bin" / "python"), "-c", run_tool], capture_output=True, text=True, check=False)
     assert after.returncode == 0 and after.stdout == "the venv pmoss\n", after.stderr
 
     # an activated shell already has the directory first: PATH is left as it is
@@ -38,7 +38,7 @@ def test_an_installed_venv_runs_its_own_tools_from_path(tmp_path):
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     assert path == activated
     # the interpreter the venv was made from is untouched
-    base = subprocess.run([*_env(tmp_path), sys._base_executable, "-c", "import os; print(os.environ['PATH'])"], capture_output=True, text=True)  # type: ignore[attr-defined]
+    base = subprocess.run([*_env(tmp_path), sys._base_executable, "-c", "import os; print(os.environ['PATH'])"], capture_output=True, text=True, check=False)  # type: ignore[attr-defined]
     assert base.stdout.strip() == BARE["PATH"]
 
 
@@ -49,9 +49,9 @@ def test_dvc_repro_from_the_venv_finds_pmoss_without_activation(tmp_path):
     (tmp_path / "dvc.yaml").write_text("stages:\n  help:\n    cmd: pmoss --help > help.txt\n    outs: [help.txt]\n")
     subprocess.run([*_env(tmp_path), sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
     repro = "import sys; from dvc.cli import main; sys.exit(main(['repro']))"
-    bare = subprocess.run([*_env(tmp_path), "DVC_NO_ANALYTICS=1", sys.executable, "-c", repro], cwd=tmp_path, capture_output=True, text=True)
+    bare = subprocess.run([*_env(tmp_path), "DVC_NO_ANALYTICS=1", sys.executable, "-c", repro], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert bare.returncode != 0 and "pmoss: not found" in bare.stderr and "127" in bare.stdout + bare.stderr  # what the README warned of
     fixed = f"import sys; sys.path.insert(0, {str(SETUP)!r}); import pmoss_venv_path; {repro}"
-    r = subprocess.run([*_env(tmp_path), "DVC_NO_ANALYTICS=1", sys.executable, "-c", fixed], cwd=tmp_path, capture_output=True, text=True)
+    r = subprocess.run([*_env(tmp_path), "DVC_NO_ANALYTICS=1", sys.executable, "-c", fixed], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Usage: pmoss" in (tmp_path / "help.txt").read_text()
