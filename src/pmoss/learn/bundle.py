@@ -84,7 +84,7 @@ def save_bundle(bundle: Bundle, path: Path) -> None:
         tmp.replace(path)
     except (OSError, RuntimeError) as e:
         error = write_failure(e, path)  # before the cleanup: while the partial file fills the disk, a full disk shows
-        traceback.clear_frames(e.__traceback__)  # torch's writer, held by a frame, keeps the file open: close it
+        _release(e)  # torch's writer, held by the failed frames, keeps the file open: close it
         tmp.unlink(missing_ok=True)
         if error is None:
             raise
@@ -92,6 +92,15 @@ def save_bundle(bundle: Bundle, path: Path) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _release(e: BaseException | None) -> None:
+    """Drop the local variables of the frames `e` (and the exceptions it chains) went through."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
 
 
 def _payload(bundle: Bundle) -> dict[str, Any]:
