@@ -38,11 +38,14 @@ venv: .stamp-venv
 # torch==2.13.0 first: it is the CPU build on disk; any other spec pulls a multi-GB CUDA build.
 # --no-compile: Python compiles what is imported on first use; pip would byte-compile every module
 # of every package (Ray's alone is 240 MB), most of which the pipeline never imports.
-.stamp-venv: pyproject.toml setup/constraints.txt
+# setup/pmoss_venv_path.py: `.venv/bin/dvc repro` from a shell without the venv activated still finds
+# the stages' `pmoss` (the venv's Python processes put .venv/bin first on PATH, as activating does).
+.stamp-venv: pyproject.toml setup/constraints.txt setup/pmoss_venv_path.py
 	[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile torch==2.13.0
 	$(PY) -m pip install -q --no-compile -c setup/constraints.txt -e '.[test]'
+	$(PY) setup/pmoss_venv_path.py
 	touch $@
 
 native: .stamp-apt  ## build libpmoss + pmoss-runtime (CMake, Release with debug info)

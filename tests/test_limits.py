@@ -4,6 +4,7 @@ line naming the file, the field and the limit; the memory estimate stays above w
 
 from __future__ import annotations
 
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -61,6 +62,65 @@ def test_descriptor_cpu_id_bound_is_linux_largest(tmp_path):
     load_machine(_descriptor(tmp_path, lambda d: d["cpus"][-1].update(cpu=MAX_CPUS - 1)))  # the largest id still loads
     with pytest.raises(ContractError, match=rf"field 'cpus.{last}.cpu': Input should be less than {MAX_CPUS}"):
         load_machine(_descriptor(tmp_path, lambda d: d["cpus"][-1].update(cpu=MAX_CPUS)))
+
+
+# ---- #40 item 5: pool and evaluation-set numbers are strict as a descriptor's ----------------------
+@pytest.mark.parametrize(("key", "value", "field"), [
+    ("runs_per_shared_kind", "true", "runs_per_shared_kind"),  # read as 1 before
+    ("episodes_per_cell", "true", "episodes_per_cell"),
+    ("search_runs", "yes", "search_runs"),  # YAML 1.1: yes is true
+    ("search_budgets", "[250, true]", "search_budgets.1"),
+    ("n_slices", "'8'", "n_slices"),  # a string is no number either
+    ("n_records", "100000.0", "n_records"),  # nor is a float a count
+    ("window_s", "true", "window_s"),
+    ("window_s", ".inf", "window_s"),
+    ("seed", "false", "seed"),
+    ("mix", "{sn-grouped: true}", "mix.sn-grouped"),
+])  # fmt: skip
+def test_pool_numbers_are_strict(tmp_path, key, value, field):
+    from pmoss.collect.plan import load_pool
+
+    (tmp_path / "pool.yaml").write_text(_with(POOL, key, value))
+    with pytest.raises(ContractError, match=rf"pool\.yaml: field '{re.escape(field)}': Input should be a (valid|finite) (integer|number)"):
+        load_pool(tmp_path / "pool.yaml")
+
+
+@pytest.mark.parametrize(("key", "value", "field", "kind"), [
+    ("runs", "true", "runs", "valid integer"),  # read as 1 before
+    ("n_slices", "true", "n_slices", "valid integer"),
+    ("n_records", "'100000'", "n_records", "valid integer"),
+    ("window_s", "true", "window_s", "valid number"),
+    ("slices_per_worker", "true", "slices_per_worker", "valid number"),
+    ("target_factor", ".nan", "target_factor", "finite number"),
+    ("seed_base", "true", "seed_base", "valid integer"),
+    ("oracle", "1", "oracle", "valid boolean"),  # and a 1 is no flag
+])  # fmt: skip
+def test_eval_numbers_are_strict(tmp_path, key, value, field, kind):
+    from pmoss.contracts.io import load_model_with_flags
+    from pmoss.evaluate import EvalConfig
+
+    (tmp_path / "eval.yaml").write_text(_with(EVAL, key, value))
+    with pytest.raises(ContractError, match=rf"eval\.yaml: field '{field}': Input should be a {kind}"):
+        load_model_with_flags(EvalConfig, tmp_path / "eval.yaml", {})
+
+
+def test_strict_numbers_still_take_ints_for_floats_and_command_line_values(tmp_path):
+    from pmoss.collect.plan import load_pool
+    from pmoss.contracts.io import load_model_with_flags
+    from pmoss.evaluate import EvalConfig
+
+    (tmp_path / "pool.yaml").write_text(_with(_with(POOL, "window_s", "5"), "mix", "{sn-grouped: 1, sn-spread: 0}"))
+    assert load_pool(tmp_path / "pool.yaml", episodes_per_cell=3).window_s == 5.0
+    (tmp_path / "eval.yaml").write_text(_with(EVAL, "window_s", "2"))
+    cfg = load_model_with_flags(EvalConfig, tmp_path / "eval.yaml", {"n_slices": 16, "slices_per_worker": 2.0, "oracle": True})
+    assert (cfg.window_s, cfg.n_slices, cfg.oracle) == (2.0, 16, True)
+
+
+def test_a_true_count_is_one_line_from_the_command(tmp_path):
+    (tmp_path / "pool.yaml").write_text(_with(POOL, "runs_per_shared_kind", "true"))
+    one_line_error(pmoss("collect", str(tmp_path / "pool.yaml"), "-o", str(tmp_path / "raw")),
+                   "pool.yaml: field 'runs_per_shared_kind': Input should be a valid integer")  # fmt: skip
+    assert not (tmp_path / "raw").exists()
 
 
 # ---- items 2 and 5: sizes -------------------------------------------------------------------------

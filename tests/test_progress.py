@@ -1,15 +1,20 @@
 """Progress lines under `--quiet` / a pipe (learn/progress.py): at most one per interval, with
-step, loss, rate and time left; a real quiet training run prints them."""
+step, loss, rate and time left; a real quiet training run prints them. The non-training stages
+(collect, propose, evaluate, post-train) print done/total lines on the interval from a thread."""
 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 from test_learners import TINY, make_tokens
 
 from pmoss.contracts.errors import PmossError
-from pmoss.learn.progress import PROGRESS_ENV, ProgressLine, clock_text, every_s_from_env
+from pmoss.learn.progress import PROGRESS_ENV, ProgressLine, Ticker, clock_text, every_s_from_env
 from pmoss.learn.train import TrainConfig, train
 
 
@@ -66,3 +71,61 @@ def test_quiet_training_prints_progress_lines(tmp_path, monkeypatch, capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("train --algo dt")]
     assert len(lines) == 4 and lines[-1].startswith(f"train --algo dt {tmp_path / 'model'}: step 4/4 (100%), loss ")
     assert "steps/s, 0:00 left" in lines[-1]
+
+
+# ---- the non-training stages: done/total every interval ------------------------------------
+def test_ticker_line_has_done_total_rate_elapsed_and_time_left():
+    clock = Clock()
+    t = Ticker("evaluate", 8, "cell", every_s=30, clock=clock)
+    assert t.line() == "evaluate: 0/8 cells (0%), 0:00 elapsed, time left unknown"
+    clock.t += 60
+    t.advance(3)
+    assert t.line() == "evaluate: 3/8 cells (38%), 20 s/cell, 1:00 elapsed, 1:40 left"  # slower than one a second: seconds per unit
+    t.advance(5)
+    assert Ticker("collect t", 96, "search", 30, clock=clock).line(clock.t + 2).startswith("collect t: 0/96 searches (0%)")
+    assert t.line(clock.t + 20) == "evaluate: 8/8 cells (100%), 10 s/cell, 1:20 elapsed, 0:00 left"
+
+
+def test_ticker_prints_on_the_interval_while_a_long_unit_runs():
+    """A line every interval even when no unit ended since the last one; none with the interval 0."""
+    out = io.StringIO()
+    with Ticker("collect t", 4, "episode", every_s=0.01, out=out) as t:
+        time.sleep(0.15)  # one long unit: the lines keep coming
+        t.advance(2)
+        time.sleep(0.15)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 4, lines
+    assert lines[0].startswith("collect t: 0/4 episodes (0%), 0:00 elapsed, time left unknown")
+    assert lines[-1].startswith("collect t: 2/4 episodes (50%), ")
+    n = len(lines)
+    time.sleep(0.05)
+    assert len(out.getvalue().splitlines()) == n  # the thread ended with the block
+    silent = io.StringIO()
+    with Ticker("x", 4, "episode", every_s=0, out=silent):
+        time.sleep(0.05)
+    assert silent.getvalue() == ""
+
+
+def test_a_quiet_collect_stage_prints_progress_lines_into_a_pipe(tmp_path):
+    """What `dvc repro` shows of the collect stage: `--quiet`, stdout a pipe, no bar, but lines."""
+    pool = tmp_path / "pool.yaml"
+    pool.write_text("name: t\nmachines: [intel-skx-4s]\nworkloads: [ycsb-c]\nshared_kinds: [os-default]\nepisodes_per_cell: 6\nn_slices: 16\n"
+                    "search_runs: 1\nsearch_budgets: [50]\n")  # fmt: skip
+    env = {**os.environ, PROGRESS_ENV: "0.001"}
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "pmoss"), "collect", str(pool), "-q", "-o", str(tmp_path / "raw")],
+                       env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("collect t: oracle searches: ") and "/1 search" in line for line in lines), r.stdout[-2000:]
+    assert any(line.startswith("collect t: ") and " episodes (" in line and "elapsed" in line for line in lines), r.stdout[-2000:]
+    assert "\r" not in r.stdout + r.stderr  # no redrawn bar in a log
+
+
+def test_evaluate_without_a_terminal_prints_progress_lines(monkeypatch, capsys):
+    from pmoss.evaluate import EvalConfig, evaluate_cells
+
+    monkeypatch.setenv(PROGRESS_ENV, "0.001")
+    cfg = EvalConfig(machines=["intel-skx-4s"], workloads=["ycsb-c", "scan"], n_slices=16, runs=1, n_records=100_000, window_s=1.0)
+    cells = evaluate_cells(cfg, {})
+    assert len(cells) == 2
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("evaluate: ")]
+    assert lines and all(" cells (" in line for line in lines), lines

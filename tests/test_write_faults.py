@@ -122,3 +122,88 @@ def test_read_only_output(raw, mount, command):
             "dataset build": ["dataset", "build", str(raw / "raw"), "-o", str(ro / "ds")],
             "topology -o": ["topology", "-o", str(ro / "m.yaml")]}[command]  # fmt: skip
     one_line_error(pmoss(*args), str(ro), "cannot write, read-only file system (EROFS)")
+
+
+# ---- #40 item 3: torch.save raises RuntimeError, not OSError, when the disk fills -------------------
+TORCH_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"  # torch 2.x on a full tmpfs
+
+
+def _bundle():
+    from conftest import small_machine
+    from test_model import _bundle as make
+
+    return make(small_machine(nodes=2, cpus_per_node=2))
+
+
+def test_checkpoint_on_a_full_disk_is_one_error_naming_it(tmp_path, monkeypatch):
+    """torch.save raising RuntimeError while Lightning writes a checkpoint: the one-line error names
+    the checkpoint file (was: a traceback from deep inside Lightning)."""
+    import torch
+    from test_learners import TINY, make_tokens
+
+    from pmoss.learn.train import TrainConfig, train
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    data = make_tokens(tmp_path / "tok")
+
+    def full(obj, f, *args, **kw):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(PmossError, match=r"model/checkpoints/[^ ]+\.ckpt: cannot write, disk full \(ENOSPC\); free some space there") as e:
+        train(data, tmp_path / "model", TrainConfig(**{**TINY, "max_steps": 2, "val_every": 1}), progress=False)
+    assert "\n" not in str(e.value)
+    assert not list((tmp_path / "model" / "checkpoints").glob("*.ckpt"))
+
+
+def test_bundle_on_a_full_disk_names_model_pt_and_keeps_the_old_one(tmp_path, monkeypatch):
+    """torch.save's own error text ('unexpected pos'), with the file system full when it failed:
+    disk full, naming model.pt; the temp file goes, the previous bundle stays. The same error with
+    room on the disk is no disk problem and keeps its traceback."""
+    import shutil
+    from collections import namedtuple
+
+    import torch
+
+    from pmoss.learn.bundle import save_bundle
+
+    save_bundle(_bundle(), tmp_path / "model.pt")
+    old = (tmp_path / "model.pt").read_bytes()
+    Usage = namedtuple("Usage", "total used free")
+
+    def full(obj, f, *args, **kw):
+        Path(f).write_bytes(b"PK\3\4partial")
+        raise RuntimeError(TORCH_FULL)
+
+    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(1 << 20, 1 << 20, 0))
+    with pytest.raises(PmossError, match=r"model\.pt: cannot write, disk full \(ENOSPC\)"):
+        save_bundle(_bundle(), tmp_path / "model.pt")
+    assert (tmp_path / "model.pt").read_bytes() == old and sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(1 << 40, 0, 1 << 40))
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        save_bundle(_bundle(), tmp_path / "model.pt")
+
+
+def test_bundle_on_a_full_tmpfs(mount):
+    """The real thing: torch's zip writer fills a tmpfs and raises RuntimeError."""
+    from pmoss.learn.bundle import save_bundle
+
+    small = mount("small", "size=64k")
+    with pytest.raises(PmossError, match=r"small/m/model\.pt: cannot write, disk full \(ENOSPC\)"):
+        save_bundle(_bundle(), small / "m" / "model.pt")
+    assert [p.name for p in (small / "m").iterdir()] == []
+
+
+def test_train_on_a_full_disk(tmp_path, mount):
+    """The issue's reproduction: `pmoss train` onto a tmpfs too small for its first checkpoint."""
+    import yaml
+    from test_learners import TINY, make_tokens
+
+    small = mount("small", "size=64k")
+    data = make_tokens(tmp_path / "tok")
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump({**TINY, "max_steps": 2, "val_every": 1}))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    r = pmoss("train", str(data), "-o", str(small / "model"), "--config", str(tmp_path / "cfg.yaml"), "--quiet", env=env)
+    one_line_error(r, f"{small}/model/checkpoints/", ".ckpt: cannot write, disk full (ENOSPC)")
+    assert not list((small / "model" / "checkpoints").glob("*.ckpt"))

@@ -32,23 +32,25 @@ EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values
 
 
 class EvalConfig(BaseModel):
-    """Checked whole on load (names, counts), so a bad cell fails before the first one runs."""
+    """Checked whole on load (names, counts), so a bad cell fails before the first one runs. Numbers
+    and the flag are strict, as a machine descriptor's (contracts/machine.py): a YAML `true` is no
+    number, though pydantic would read it as 1 (nor is "3" or 3.0 a count, 1 a flag)."""
 
     model_config = ConfigDict(extra="forbid")
     machines: list[str] = Field(min_length=1)  # pool names, generated ranges gen:A-B, descriptor files, or directories of them
     workloads: Annotated[list[str], one_of(WORKLOADS, "workload")] = Field(min_length=1)
     dataset: Annotated[str, one_of(DATASETS, "dataset")] = "dense"
-    n_slices: Annotated[int, Field(ge=1), at_most(MAX_SLICES, "the runtime's slice cap")] = 256
-    slices_per_worker: float | None = Field(None, gt=0, le=1024)  # set: each machine gets slices_for(machine, this) slices instead of n_slices
-    n_records: Annotated[int, Field(ge=1), at_most(MAX_RECORDS, "2**40 records, 16 TiB of keys and values: more than any machine holds")] = 10_000_000
-    window_s: float = Field(10.0, gt=0)
-    runs: int = Field(3, ge=1)  # evaluation seeds per schedule
+    n_slices: Annotated[int, Field(ge=1, strict=True), at_most(MAX_SLICES, "the runtime's slice cap")] = 256
+    slices_per_worker: float | None = Field(None, gt=0, le=1024, strict=True)  # set: each machine gets slices_for(machine, this) slices instead of n_slices
+    n_records: Annotated[int, Field(ge=1, strict=True), at_most(MAX_RECORDS, "2**40 records, 16 TiB of keys and values: more than any machine holds")] = 10_000_000  # fmt: skip
+    window_s: float = Field(10.0, gt=0, strict=True, allow_inf_nan=False)
+    runs: int = Field(3, ge=1, strict=True)  # evaluation seeds per schedule
     baselines: Annotated[list[str], one_of(BASELINE_KINDS, "schedule kind")] = list(BASELINE_KINDS)
-    oracle: bool = False
-    target_factor: float = Field(2.0, gt=0)
+    oracle: bool = Field(False, strict=True)
+    target_factor: float = Field(2.0, gt=0, strict=True, allow_inf_nan=False)
     # the snapshot is seeded seed_base - 1, run r seed_base + r; another base gives a validation set
     # (design choices) whose seeds the evaluation never reads
-    seed_base: int = Field(EVAL_SEED_BASE, ge=1)
+    seed_base: int = Field(EVAL_SEED_BASE, ge=1, strict=True)
 
     @field_validator("machines")
     @classmethod
@@ -136,9 +138,11 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
 
 def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = True, keep: dict[str, dict[str, Schedule]] | None = None) -> dict[str, dict[str, float]]:
     """Every machine x workload cell of `cfg`: throughput of each baseline and each bundle.
-    With `keep`, the learned/oracle schedules of each cell are collected there too."""
+    With `keep`, the learned/oracle schedules of each cell are collected there too. `progress`: a
+    bar on a terminal; else (or not `progress`) a line every PMOSS_PROGRESS_S seconds (learn/progress.py)."""
     from rich.progress import track
 
+    from pmoss.learn.progress import Ticker, line_interval, show_bar
     from pmoss.sim import expand_machines, load_sim_machine
     from pmoss.sim.oracle import on_cores
 
@@ -148,10 +152,14 @@ def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = Tr
     # descriptor file's machine is known by name only in this process)
     oracles: list[Schedule | None] = [None] * len(pairs)
     if cfg.oracle:
-        oracles = on_cores(cell_oracle, [(load_sim_machine(m), w, cfg) for m, w in pairs], progress="oracle" if progress else None)
+        oracles = on_cores(cell_oracle, [(load_sim_machine(m), w, cfg) for m, w in pairs], progress="evaluate: oracle searches", unit="search",
+                           quiet=not progress)  # fmt: skip
     cells = {}
-    for (m, w), oracle in track(list(zip(pairs, oracles, strict=True)), description="evaluate", disable=not progress):
-        cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None, oracle)
+    bar = show_bar(progress)
+    with Ticker("evaluate", len(pairs), "cell", line_interval(bar)) as ticker:
+        for (m, w), oracle in track(list(zip(pairs, oracles, strict=True)), description="evaluate", disable=not bar):
+            cells[f"{m}|{w}"] = evaluate_cell(m, w, bundles, cfg, keep.setdefault(f"{m}|{w}", {}) if keep is not None else None, oracle)
+            ticker.advance()
     return cells
 
 

@@ -71,13 +71,14 @@ def _search(key: SearchKey) -> dict[int, Schedule]:
     return {b: s for b, (s, _) in zip(budgets, path, strict=True)}
 
 
-def searches(specs: list[EpisodeSpec], workers: int | None = None) -> dict[SearchKey, dict[int, Schedule]]:
+def searches(specs: list[EpisodeSpec], workers: int | None = None, progress: str | None = None, quiet: bool = False) -> dict[SearchKey, dict[int, Schedule]]:
     """Every distinct search the plan's search episodes read, a worker process per core by default
-    (`on_cores`): the demo's 16 searches were most of `collect`'s time (19 -> 10 s on 2 cores)."""
+    (`on_cores`): the demo's 16 searches were most of `collect`'s time (19 -> 10 s on 2 cores).
+    `progress`: the title of their bar or progress lines (`on_cores`)."""
     from pmoss.sim.oracle import on_cores
 
     keys = list(dict.fromkeys(_search_key(s) for s in specs if s.kind == "search"))
-    return dict(zip(keys, on_cores(_search, [(k,) for k in keys], workers), strict=True))
+    return dict(zip(keys, on_cores(_search, [(k,) for k in keys], workers, progress, "search", quiet), strict=True))
 
 
 def spec_id(spec: EpisodeSpec, schedule: Schedule) -> str:
@@ -119,13 +120,14 @@ def runtime_machine(name: str, descriptor: str | None) -> Any:
     return load_machine(Path(descriptor)) if descriptor else discover(name=name)
 
 
-def pending(pool: Pool, out: Path, source: str = "pool") -> Chunk:
-    """The plan's episodes not yet under `out`, with their schedules, in plan order."""
+def pending(pool: Pool, out: Path, source: str = "pool", progress: bool = True) -> Chunk:
+    """The plan's episodes not yet under `out`, with their schedules, in plan order (`progress`: a bar
+    for the oracle searches on a terminal, else progress lines)."""
     check_memory(pool, lambda field: f"{source}: field '{field}'", CHUNK)
     machines = {name: load_backend_machine(pool.backend, name, source, pool.descriptors.get(name)) for name in pool.machines}
     finished = done_ids(out)
     specs = list(expand(pool))
-    searched = searches(specs)
+    searched = searches(specs, progress=f"collect {pool.name}: oracle searches", quiet=not progress)
     todo = []
     for spec in specs:
         schedule = schedule_for(spec, machines[spec.machine], searched)
@@ -319,21 +321,26 @@ def collect(pool: Pool, out: Path, progress: bool = True, ray_address: str | Non
             wait_s: float = RAY_WAIT_S, source: str = "pool", written_tables: list[pa.Table] | None = None) -> int:  # fmt: skip
     """Run every pending episode of `pool`; returns how many episodes were written (and appends
     their tables to `written_tables` when given)."""
-    chunks = plan_chunks(pending(pool, out, source))
+    chunks = plan_chunks(pending(pool, out, source, progress))
     return run_chunks(chunks, out, f"collect {pool.name}", progress, ray_address, use_ray, wait_s, written_tables)
 
 
 def run_chunks(chunks: list[Chunk], out: Path, desc: str, progress: bool = True, ray_address: str | None = None, use_ray: bool = False,
                wait_s: float = RAY_WAIT_S, written_tables: list[pa.Table] | None = None) -> int:  # fmt: skip
-    """Run the chunks locally or as Ray tasks and write one file per chunk under `out`; returns the episodes written."""
+    """Run the chunks locally or as Ray tasks and write one file per chunk under `out`; returns the
+    episodes written. `progress`: a bar on a terminal; quiet or stdout no terminal (a DVC stage), a
+    line every PMOSS_PROGRESS_S seconds instead (learn/progress.py)."""
+    from pmoss.learn.progress import Ticker, line_interval, show_bar
+
     remove_stale_temps(out)
     tables = run_ray(chunks, ray_address, wait_s) if use_ray and chunks else run_local(chunks)  # nothing pending: no cluster
-    written = 0
-    with tqdm(total=sum(map(len, chunks)), desc=desc, unit="ep", disable=not progress) as bar:
+    written, total, bar = 0, sum(map(len, chunks)), show_bar(progress)
+    with Ticker(desc, total, "episode", line_interval(bar)) as ticker, tqdm(total=total, desc=desc, unit="ep", disable=not bar) as tq:
         for table in tables:
             write_chunk(out, table)
             written += table.num_rows
-            bar.update(table.num_rows)
+            tq.update(table.num_rows)
+            ticker.advance(table.num_rows)
             if written_tables is not None:
                 written_tables.append(table)
     return written
@@ -383,7 +390,7 @@ def collect_command(
     ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster to attach to (e.g. auto, ray://head:10001); implies --ray.")] = None,
     ray_wait: Annotated[float, typer.Option(help="Seconds without any finished chunk before giving up (names the stuck hosts).")] = RAY_WAIT_S,
     append: Annotated[Optional[list[Path]], typer.Option(help="Also add raw episodes of kind 'learned' for the pool's machines from this directory.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar (a line every PMOSS_PROGRESS_S seconds, default 30, instead).")] = False,
 ) -> None:
     """Run a plan's episodes (skipping finished ones) and write raw snapshot Parquet."""
     budgets = None

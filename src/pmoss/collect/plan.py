@@ -12,15 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveFloat,
-    PositiveInt,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pmoss.contracts.io import load_model_with_flags, one_of
 from pmoss.contracts.limits import (
@@ -38,6 +30,11 @@ from pmoss.contracts.workload import DATASETS, WORKLOADS
 
 Backend = Literal["sim", "runtime"]
 
+# A pool's numbers are strict, as a machine descriptor's (contracts/machine.py): a YAML `true` is no
+# number, though pydantic would read it as 1 (nor is "3" or 3.0 a count); an int is a float.
+Count = Annotated[int, Field(strict=True, gt=0)]
+Fraction = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
 
 class Pool(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -46,18 +43,18 @@ class Pool(BaseModel):
     machines: list[str] = Field(min_length=1)
     workloads: Annotated[list[str], one_of(WORKLOADS, "workload")] = Field(min_length=1)
     datasets: Annotated[list[str], one_of(DATASETS, "dataset")] = ["dense"]
-    mix: dict[str, float] = dict(PAPER_MIX)  # one-core kind -> fraction of a cell's episodes
+    mix: dict[str, Fraction] = dict(PAPER_MIX)  # one-core kind -> fraction of a cell's episodes
     shared_kinds: list[str] = []  # OS/SE/SN:N modes: runs_per_shared_kind episodes each per cell
-    runs_per_shared_kind: int = Field(default=1, ge=0)
+    runs_per_shared_kind: int = Field(default=1, ge=0, strict=True)
     # Search-improved episodes (kind `search`, generator=search): `search_runs` oracle searches per
     # cell over execution groups, each read at every one of `search_budgets` model evaluations.
-    search_runs: int = Field(default=0, ge=0)
-    search_budgets: list[PositiveInt] = [250, 1000, 4000]
-    episodes_per_cell: PositiveInt
-    n_slices: Annotated[PositiveInt, at_most(MAX_SLICES, "the runtime's slice cap")] = 256
-    n_records: Annotated[PositiveInt, at_most(MAX_RECORDS, "2**40 records, 16 TiB of keys and values: more than any machine holds")] = 10_000_000
-    window_s: PositiveFloat = 10.0
-    seed: int = 0
+    search_runs: int = Field(default=0, ge=0, strict=True)
+    search_budgets: list[Count] = [250, 1000, 4000]
+    episodes_per_cell: Count
+    n_slices: Annotated[Count, at_most(MAX_SLICES, "the runtime's slice cap")] = 256
+    n_records: Annotated[Count, at_most(MAX_RECORDS, "2**40 records, 16 TiB of keys and values: more than any machine holds")] = 10_000_000
+    window_s: float = Field(10.0, gt=0, strict=True, allow_inf_nan=False)
+    seed: int = Field(0, strict=True)
     # machine -> testbed host: those episodes run only on that host (Ray resource `host:<name>`)
     hosts: dict[str, str] = {}
     # machine -> descriptor file for real hosts; absent = `pmoss topology` of the host the episode runs on

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -153,26 +154,59 @@ class OutputError(PmossError):
     """An output cannot be written (disk full, read-only, no permission); nothing partial is left."""
 
 
-def write_failure(e: OSError, path: Path | str | None, clean: bool = True) -> OutputError | None:
+# torch's zip writer (torch.save to a file) reports a failed write() as a RuntimeError without the
+# errno: "[enforce fail at inline_container.cc:...] . unexpected pos 576 vs 534" on a full tmpfs,
+# "PytorchStreamWriter failed writing file data/0: file write failed" elsewhere; some builds
+# include the C library's text ("No space left on device").
+TORCH_WRITE_FAILED = ("PytorchStreamWriter failed", "file write failed", "unexpected pos", "inline_container.cc")
+ERRNO_TEXTS = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded", errno.EROFS: "Read-only file system",
+               errno.EACCES: "Permission denied"}  # fmt: skip
+FULL_BELOW_BYTES = 1 << 20  # a failed write with less than this free: the disk filled (tmpfs, ext4's reserve for root aside)
+
+
+def _errno_of(e: BaseException, path: Path | str | None) -> int | None:
+    """The errno of a refused write: an OSError's own; for torch's RuntimeError, the one its text
+    names, else ENOSPC when its writer failed and the file system of `path` is (nearly) full."""
+    if isinstance(e, OSError):
+        return e.errno
+    if not isinstance(e, RuntimeError):
+        return None
+    text = str(e)
+    named = next((code for code, words in ERRNO_TEXTS.items() if words in text), None)
+    if named is not None or path is None or not any(m in text for m in TORCH_WRITE_FAILED):
+        return named
+    where = Path(path)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        return errno.ENOSPC if shutil.disk_usage(where).free < FULL_BELOW_BYTES else None
+    except OSError:
+        return None
+
+
+def write_failure(e: BaseException, path: Path | str | None, clean: bool = True) -> OutputError | None:
     """The one-line error for a refused write of `path` (None: the file the OSError names), or
     None when `e` is not such a refusal (a bug, a missing input: those keep their traceback).
-    pyarrow raises OSError(errno, text) without a file name, hence `path`. `clean`: the writer
-    removed what it had started, and the message says so."""
-    reason = WRITE_FAILURES.get(e.errno or 0)
+    pyarrow raises OSError(errno, text) without a file name, hence `path`; torch.save raises a
+    RuntimeError (`_errno_of`). `clean`: the writer removed what it had started, and the message
+    says so."""
+    code = _errno_of(e, path)
+    reason = WRITE_FAILURES.get(code or 0)
     if reason is None:
         return None
-    where = path if path is not None else (e.filename or "an output")
-    fix = "free some space there" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
+    where = path if path is not None else (getattr(e, "filename", None) or "an output")
+    fix = "free some space there" if code in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
     return OutputError(f"{where}: cannot write, {reason}; {fix} or write elsewhere" + (" (nothing partial was left)" if clean else ""))
 
 
 @contextmanager
-def writing(path: Path | str) -> Iterator[None]:
-    """Turn the file system refusing a write under `path` into an OutputError naming it."""
+def writing(path: Path | str, clean: bool = True) -> Iterator[None]:
+    """Turn the file system refusing a write under `path` (an OSError, or torch.save's RuntimeError)
+    into an OutputError naming it; `clean` as in `write_failure`."""
     try:
         yield
-    except OSError as e:
-        error = write_failure(e, path)
+    except (OSError, RuntimeError) as e:
+        error = write_failure(e, path, clean)
         if error is None:
             raise
         raise error from e

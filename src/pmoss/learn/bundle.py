@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import pickle
+import traceback
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,14 +67,40 @@ def untrained_like(bundle: Bundle, seed: int = 0) -> Bundle:
 
 
 def save_bundle(bundle: Bundle, path: Path) -> None:
+    """Write `path` via a temp file and a rename. A full disk (torch.save raises RuntimeError, not
+    OSError) or a read-only one is one line naming `path`; the temp file is removed, an older
+    bundle at `path` is left as it was."""
     import torch
 
+    from pmoss.contracts.io import write_failure, writing
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     payload = _payload(bundle)
-    torch.save({**payload, "sha256": bundle_digest(payload)}, tmp)
-    tmp.replace(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        torch.save({**payload, "sha256": bundle_digest(payload)}, tmp)
+        tmp.replace(path)
+    except (OSError, RuntimeError) as e:
+        error = write_failure(e, path)  # before the cleanup: while the partial file fills the disk, a full disk shows
+        _release(e)  # torch's writer, held by the failed frames, keeps the file open: close it
+        tmp.unlink(missing_ok=True)
+        if error is None:
+            raise
+        raise error from e
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _release(e: BaseException | None) -> None:
+    """Drop the local variables of the frames `e` (and the exceptions it chains) went through."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
 
 
 def _payload(bundle: Bundle) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import torch
 
 from pmoss.contracts.errors import PmossError, brief
-from pmoss.contracts.io import atomic_write_text
+from pmoss.contracts.io import atomic_write_text, write_failure
 from pmoss.data.dataset import load_tokens
 from pmoss.data.state import as_tensors, machine_arrays, pad_of
 from pmoss.data.tokens import Stats
@@ -381,6 +381,16 @@ def portable_checkpoint(dirpath: Path, every: int):
             state["best_k_models"] = {full(k): v for k, v in state_dict.get("best_k_models", {}).items()}
             super().load_state_dict(state)
 
+        def _save_checkpoint(self, trainer: Any, filepath: str) -> None:
+            try:
+                super()._save_checkpoint(trainer, filepath)
+            except (OSError, RuntimeError) as e:  # torch.save writing a file raises RuntimeError on a full disk
+                error = write_failure(e, filepath)  # before any cleanup: a full disk is judged while it is full
+                if error is None:
+                    raise
+                _drop_if_damaged(Path(filepath))
+                raise error from e
+
     return PortableCheckpoint(dirpath=dirpath, save_last=True, every_n_train_steps=every)
 
 
@@ -455,6 +465,23 @@ def fit(data: Path, output: Path, cfg: TrainConfig, init: Path | None, algo: str
     return learner, trainer, stats, model_cfg
 
 
+def _damaged(ckpt: Path) -> str | None:
+    """Why `ckpt` cannot be resumed from (None: a whole archive). Torch writes checkpoints as zip
+    archives with a CRC per member, so reading the archive whole finds a truncated or changed one."""
+    try:
+        with zipfile.ZipFile(ckpt) as archive:
+            bad = archive.testzip()
+        return f"member {bad} fails its CRC" if bad else None
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        return brief(e)
+
+
+def _drop_if_damaged(ckpt: Path) -> None:
+    """After a failed write: remove what it left of `ckpt` (a whole older one stays, to resume from)."""
+    if ckpt.exists() and _damaged(ckpt):
+        ckpt.unlink(missing_ok=True)
+
+
 def resume_checkpoint(output: Path) -> Path | None:
     """`output/checkpoints/last.ckpt` when a run left one to resume from. A damaged one (truncated
     by a kill or a full disk while it was written) is named with the command that clears it,
@@ -463,13 +490,7 @@ def resume_checkpoint(output: Path) -> Path | None:
     last = output / "checkpoints" / "last.ckpt"
     if not last.exists():
         return None
-    try:
-        with zipfile.ZipFile(last) as archive:
-            bad = archive.testzip()
-        problem = f"member {bad} fails its CRC" if bad else None
-    except (zipfile.BadZipFile, EOFError, OSError) as e:
-        problem = brief(e)
-    if problem:
+    if problem := _damaged(last):
         raise TrainError(f"{last}: damaged checkpoint, cannot resume ({problem}); `rm {last}` to train from step 0, or restore it")
     return last
 

@@ -246,16 +246,24 @@ def post_train(cfg: PostTrainConfig, progress: bool = True) -> dict[str, Any]:
     from rich.progress import Progress
 
     from pmoss.contracts.policies import generate
+    from pmoss.learn.progress import Ticker, line_interval, show_bar
 
     tgt = prepare(cfg)
     workloads = tgt.pool.workloads
     running = {w: generate("os-default", tgt.machine, tgt.pool.n_slices) for w in workloads}
     report: dict[str, Any] = {"source": "sim", "machine": cfg.machine, "workloads": workloads, "model": str(cfg.model), "rows": [], "rounds": []}
     model = Path(cfg.model)
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("post-train", total=cfg.rounds * (len(workloads) + 1))
+    # a step: one workload served and observed, or one round's fine-tuning (which prints its own lines)
+    total, shown = cfg.rounds * (len(workloads) + 1), show_bar(progress)
+    with Progress(disable=not shown, transient=True) as bar, Ticker("post-train", total, "step", line_interval(shown)) as ticker:
+        task = bar.add_task("post-train", total=total)
+
+        def step(description: str) -> None:
+            bar.update(task, advance=1, description=description)
+            ticker.advance()
+
         for rnd in range(1, cfg.rounds + 1):
-            model = run_round(cfg, tgt, running, model, rnd, report, lambda d: bar.update(task, advance=1, description=d))
+            model = run_round(cfg, tgt, running, model, rnd, report, step)
     write_report(report, cfg.output)
     return report
 
@@ -361,7 +369,7 @@ def post_train_command(
     eval_runs: Annotated[int, typer.Option(help="Evaluation seeds per schedule in the report.")] = 2,
     register: Annotated[bool, typer.Option("--register", help="Register each round's model as candidate and run the promotion gate.")] = False,
     name: Annotated[str, typer.Option(help="Registered model name (with --register).")] = "pmoss-dt",
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar (a line every PMOSS_PROGRESS_S seconds, default 30, instead).")] = False,
 ) -> None:
     """Post-train on a simulated target: serve the model's schedules, record them, fine-tune, repeat."""
     from rich.console import Console

@@ -43,31 +43,35 @@ def snapshots_of(raw: pa.Table, pool: Pool, n_slices: int, per_cell: int) -> dic
 
 
 def proposal_chunks(bundle: Any, pool: Pool, snapshots: dict[tuple[str, str, str], list[dict[str, Any]]], k: int, candidates: str,
-                    model_name: str, out: Path) -> Chunk:  # fmt: skip
-    """(spec, schedule) of every distinct candidate of every snapshot not yet under `out`."""
+                    model_name: str, out: Path, progress: bool = True) -> Chunk:  # fmt: skip
+    """(spec, schedule) of every distinct candidate of every snapshot not yet under `out`; without a
+    bar (`progress` false or stdout no terminal: a DVC stage), a line every PMOSS_PROGRESS_S seconds."""
+    from pmoss.learn.progress import Ticker, line_interval, show_bar
     from pmoss.learn.rollout import candidate_pool
 
     settings = {"target_factor": 2.0, "temperature": 1.0, **{key: v for key, v in bundle.info.get("inference", {}).items()
                                                              if key in ("target_factor", "temperature", "cap", "load_cap")}}  # fmt: skip
     machines = {m: load_backend_machine(pool.backend, m, "pool", pool.descriptors.get(m)) for m in pool.machines}
     finished, todo = done_ids(out), []
-    for (machine, workload, dataset), rows in snapshots.items():
-        for i, row in enumerate(rows):
-            provenance = {"generator": "pmoss propose", "model": model_name, "snapshot": row["episode_id"]}
-            found = candidate_pool(bundle, machines[machine], row, k=k, candidates=candidates, seed=i, **settings)
-            seen: set[tuple] = set()
-            for name, schedule in found.items():
-                key = (tuple(schedule.node), tuple(schedule.core), tuple(schedule.widths()))
-                if key in seen:  # a sample equal to the greedy schedule (or to another sample): measured once
-                    continue
-                seen.add(key)
-                schedule = schedule.model_copy(update={"provenance": {**provenance, "candidate": name}})
-                seed = derive_seed("propose", machine, workload, dataset, row["episode_id"], name)
-                spec = EpisodeSpec(machine=machine, workload=workload, dataset=dataset, kind="learned", schedule_seed=i, seed=seed, run_index=0,
-                                   n_slices=row["n_slices"], n_records=pool.n_records, window_s=pool.window_s, backend=pool.backend,
-                                   host=pool.hosts.get(machine), descriptor=pool.descriptors.get(machine))  # fmt: skip
-                if spec_id(spec, schedule) not in finished:
-                    todo.append((spec, schedule))
+    with Ticker(f"propose {pool.name}: candidates", sum(map(len, snapshots.values())), "snapshot", line_interval(show_bar(progress))) as ticker:
+        for (machine, workload, dataset), rows in snapshots.items():
+            for i, row in enumerate(rows):
+                provenance = {"generator": "pmoss propose", "model": model_name, "snapshot": row["episode_id"]}
+                found = candidate_pool(bundle, machines[machine], row, k=k, candidates=candidates, seed=i, **settings)
+                seen: set[tuple] = set()
+                for name, schedule in found.items():
+                    key = (tuple(schedule.node), tuple(schedule.core), tuple(schedule.widths()))
+                    if key in seen:  # a sample equal to the greedy schedule (or to another sample): measured once
+                        continue
+                    seen.add(key)
+                    schedule = schedule.model_copy(update={"provenance": {**provenance, "candidate": name}})
+                    seed = derive_seed("propose", machine, workload, dataset, row["episode_id"], name)
+                    spec = EpisodeSpec(machine=machine, workload=workload, dataset=dataset, kind="learned", schedule_seed=i, seed=seed, run_index=0,
+                                       n_slices=row["n_slices"], n_records=pool.n_records, window_s=pool.window_s, backend=pool.backend,
+                                       host=pool.hosts.get(machine), descriptor=pool.descriptors.get(machine))  # fmt: skip
+                    if spec_id(spec, schedule) not in finished:
+                        todo.append((spec, schedule))
+                ticker.advance()
     return todo
 
 
@@ -82,7 +86,7 @@ def propose_command(
     n_slices: Annotated[Optional[int], typer.Option(help="Override the pool's slice count (must be the model's).")] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run the episodes as Ray tasks (RAY_ADDRESS or --ray-address, else a local cluster).")] = False,
     ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster to attach to; implies --ray.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar (a line every PMOSS_PROGRESS_S seconds, default 30, instead).")] = False,
 ) -> None:
     """Measure the policy's candidates (greedy, k samples, heuristics) from the pool's training
     snapshots on the testbed: raw episodes of kind 'learned' for the critic's dataset."""
@@ -99,7 +103,7 @@ def propose_command(
         raise typer.BadParameter(f"the pool schedules {pool.n_slices} slices, the model {bundle.config.n_slices}", param_hint="--n-slices")
     found = snapshots_of(read_raw(snapshots), pool, pool.n_slices, per_cell)
     name = bundle.info.get("registered_as") or str(model)
-    todo = proposal_chunks(bundle, pool, found, k, candidates, name, output)
+    todo = proposal_chunks(bundle, pool, found, k, candidates, name, output, progress=not quiet)
     n = run_chunks(plan_chunks(todo), output, f"propose {pool.name}", not quiet, ray_address, ray or ray_address is not None)
     cells = len(found)
     typer.echo(f"{pool.name}: {n} new proposal episode(s) from {sum(map(len, found.values()))} snapshot(s) of {cells} cell(s) under {output}")

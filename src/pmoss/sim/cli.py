@@ -75,7 +75,7 @@ def _paper_fidelity(output: Path | None, budget: int | None, n_records: int | No
 
     if n_records is not None and n_records < 256:
         raise SimInputError(f"records: must be at least the 256 slices, got {n_records}")
-    cells = paper_cells(n_records=n_records, budget=budget or ORACLE_BUDGET, progress="paper cells")
+    cells = paper_cells(n_records=n_records, budget=budget or ORACLE_BUDGET, progress="sim fidelity: paper cells")
     verdicts, figs = score(cells), shape(cells)
     agree = agreement(verdicts)
     table = Table(title="The P-MOSS paper's calibration claims vs the machine model (source=sim, the paper's runtime and setup)")

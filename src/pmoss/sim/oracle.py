@@ -102,11 +102,15 @@ def trajectory(machine: Machine | str, workload: Workload | str, dataset: str, n
     return out
 
 
-def on_cores(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]], workers: int | None = None, progress: str | None = None) -> list[R]:
+def on_cores(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]], workers: int | None = None, progress: str | None = None,
+             unit: str = "task", quiet: bool = False) -> list[R]:  # fmt: skip
     """[fn(*args) for args in calls], a worker process per core (default `os.cpu_count()`; joblib,
-    each worker's BLAS on one thread), with a progress bar titled `progress` if given. For
+    each worker's BLAS on one thread). With a title `progress`: a bar on a terminal, else (or
+    `quiet`) a line of done/total `unit`s every PMOSS_PROGRESS_S seconds (learn/progress.py). For
     independent searches: each is seeded, so the results are the ones one process gets, in order."""
     from rich.progress import track
+
+    from pmoss.learn.progress import Ticker, line_interval, show_bar
 
     n = min(len(calls), workers or os.cpu_count() or 1)
     if n <= 1:
@@ -115,7 +119,13 @@ def on_cores(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]], workers: in
         from joblib import Parallel, delayed
 
         results = Parallel(n_jobs=n, return_as="generator")(delayed(fn)(*args) for args in calls)
-    return list(track(results, total=len(calls), description=progress or "", disable=progress is None))
+    bar = progress is not None and show_bar(not quiet)
+    out = []
+    with Ticker(progress or "", len(calls), unit, line_interval(bar) if progress is not None else 0.0) as ticker:
+        for r in track(results, total=len(calls), description=progress or "", disable=not bar):
+            out.append(r)
+            ticker.advance()
+    return out
 
 
 def _schedule(inp: Inputs, groups: np.ndarray, kind: Kind, seed: int, budget: int, space: Space) -> Schedule:

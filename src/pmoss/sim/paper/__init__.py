@@ -11,7 +11,7 @@ construction (the one-core oracle beats the heuristics it is seeded with) are li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from statistics import median
@@ -71,13 +71,14 @@ def paper_cell(machine: str, workload: str, *, n_records: int, n_slices: int, da
 
 
 def paper_cells(*, n_records: int | None = None, budget: int = ORACLE_BUDGET, workers: int | None = None,
-                progress: Callable | None = None) -> list[dict]:
-    """Every (paper machine, workload) cell under the paper's setup, searches on every core."""
+                progress: str | None = None) -> list[dict]:
+    """Every (paper machine, workload) cell under the paper's setup, searches on every core
+    (`progress`: the title of a bar on a terminal, else of a line every PMOSS_PROGRESS_S seconds)."""
     setup = load_claims()["setup"]
     R = n_records or setup["n_records"]
     calls = [((m, w), {"n_records": R, "n_slices": setup["n_slices"], "dataset": setup["dataset"], "budget": budget})
              for m in load_claims()["machines"] for w in WORKLOADS]  # fmt: skip
-    return on_cores(_cell_call, calls, workers=workers, progress=progress)
+    return on_cores(_cell_call, calls, workers=workers, progress=progress, unit="cell")
 
 
 def _cell_call(args: tuple, kwargs: dict) -> dict:
