@@ -13,7 +13,7 @@ from pmoss.sim.generate import GENERATED_SPLITS, cached_machine, expand_range, g
 
 MACHINE_DIR = Path(__file__).parent / "machines"
 # The paper's offline pool (docs/design.md §5). Unseen: in no training pool, evaluated only
-# (datasets/pools/eval-unseen-full.yaml; the demo a cut of it, eval-unseen.yaml): the paper's POWER8 and current parts written from their
+# (datasets/pools/eval-unseen.yaml): the paper's POWER8 and current parts written from their
 # public specifications (issue #41), beside generated machines of the "unseen" seed range.
 PAPER_MACHINES = ("amd-milan-nps1", "amd-milan-nps4", "intel-skx-4s", "intel-snb-4s", "nvidia-grace")
 PAPER_UNSEEN = ("ibm-power8",)  # the paper's unseen machine (its grid: eval-unseen-paper.yaml)
