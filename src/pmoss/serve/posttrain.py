@@ -258,9 +258,9 @@ def post_train(cfg: PostTrainConfig, progress: bool = True) -> dict[str, Any]:
     with Progress(disable=not shown, transient=True) as bar, Ticker("post-train", total, "step", line_interval(shown)) as ticker:
         task = bar.add_task("post-train", total=total)
 
-        def step(description: str) -> None:
-            bar.update(task, advance=1, description=description)
-            ticker.advance()
+        def step(description: str, done: int = 1) -> None:
+            bar.update(task, advance=done, description=description)
+            ticker.advance(done)
 
         for rnd in range(1, cfg.rounds + 1):
             model = run_round(cfg, tgt, running, model, rnd, report, step)
@@ -285,8 +285,9 @@ def run_round(cfg: PostTrainConfig, tgt: Target, running: dict[str, Schedule], m
         step(f"round {rnd}: served {w}")
     out = cfg.output / f"round-{rnd}"
     size = rebuild(cfg, tgt.pool, out / "dataset")
-    step(f"round {rnd}: fine-tuning on {size} episodes")
+    step(f"round {rnd}: fine-tuning on {size} episodes", done=0)  # the step is done when the fine-tuning is
     finetune(cfg, out / "dataset", model, out)
+    step(f"round {rnd}: fine-tuned")
     entry: dict[str, Any] = {"round": rnd, "init": str(model), "bundle": str(out), "dataset_episodes": size}
     if cfg.register:
         entry["registry"] = register_round(cfg, out, out / "dataset", tgt.eval_yaml)
