@@ -17,10 +17,7 @@ LAYERS = {
     "pmoss.sim": 1, "pmoss.collect": 1,
     "pmoss.data": 2, "pmoss.learn": 3, "pmoss.evaluate": 4, "pmoss.doctor": 4, "pmoss.serve": 5,
     "pmoss.cli": 6, "pmoss.__main__": 6,
-    # progress lines serve every long stage (collect, the oracle, evaluate, train) and import only
-    # contracts: a bottom-layer utility that still lives in learn/ (moving it changes every DVC
-    # stage's dependency hashes, so it waits for the next demo re-run)
-    "pmoss.learn.progress": 0,
+    "pmoss.progress": 0,  # progress lines for every long stage; imports only contracts
 }  # fmt: skip
 # sim and collect share a layer but not a dependency direction: collect drives the simulator.
 FORBIDDEN = {("pmoss.sim", "pmoss.collect")}

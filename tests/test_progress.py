@@ -1,4 +1,4 @@
-"""Progress lines under `--quiet` / a pipe (learn/progress.py): at most one per interval, with
+"""Progress lines under `--quiet` / a pipe (progress.py): at most one per interval, with
 step, loss, rate and time left; a real quiet training run prints them. The non-training stages
 (collect, propose, evaluate, post-train) print done/total lines on the interval from a thread."""
 
@@ -14,7 +14,7 @@ import pytest
 from test_learners import TINY, make_tokens
 
 from pmoss.contracts.errors import PmossError
-from pmoss.learn.progress import PROGRESS_ENV, ProgressLine, Ticker, clock_text, every_s_from_env
+from pmoss.progress import PROGRESS_ENV, ProgressLine, Ticker, clock_text, every_s_from_env
 from pmoss.learn.train import TrainConfig, train
 
 

@@ -139,10 +139,10 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
 def evaluate_cells(cfg: EvalConfig, bundles: dict[str, Any], progress: bool = True, keep: dict[str, dict[str, Schedule]] | None = None) -> dict[str, dict[str, float]]:
     """Every machine x workload cell of `cfg`: throughput of each baseline and each bundle.
     With `keep`, the learned/oracle schedules of each cell are collected there too. `progress`: a
-    bar on a terminal; else (or not `progress`) a line every PMOSS_PROGRESS_S seconds (learn/progress.py)."""
+    bar on a terminal; else (or not `progress`) a line every PMOSS_PROGRESS_S seconds (progress.py)."""
     from rich.progress import track
 
-    from pmoss.learn.progress import Ticker, line_interval, show_bar
+    from pmoss.progress import Ticker, line_interval, show_bar
     from pmoss.sim import expand_machines, load_sim_machine
     from pmoss.sim.oracle import on_cores
 

@@ -329,8 +329,8 @@ def run_chunks(chunks: list[Chunk], out: Path, desc: str, progress: bool = True,
                wait_s: float = RAY_WAIT_S, written_tables: list[pa.Table] | None = None) -> int:  # fmt: skip
     """Run the chunks locally or as Ray tasks and write one file per chunk under `out`; returns the
     episodes written. `progress`: a bar on a terminal; quiet or stdout no terminal (a DVC stage), a
-    line every PMOSS_PROGRESS_S seconds instead (learn/progress.py)."""
-    from pmoss.learn.progress import Ticker, line_interval, show_bar
+    line every PMOSS_PROGRESS_S seconds instead (progress.py)."""
+    from pmoss.progress import Ticker, line_interval, show_bar
 
     remove_stale_temps(out)
     tables = run_ray(chunks, ray_address, wait_s) if use_ray and chunks else run_local(chunks)  # nothing pending: no cluster

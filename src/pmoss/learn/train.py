@@ -36,7 +36,7 @@ from pmoss.learn.algorithms import build_algorithm
 from pmoss.learn.bundle import BUNDLE_FILE, Bundle, load_bundle, save_bundle
 from pmoss.learn.config import ALGOS, TrainConfig
 from pmoss.learn.model import DTConfig
-from pmoss.learn.progress import every_s_from_env
+from pmoss.progress import every_s_from_env
 from pmoss.learn.tracking import (
     artifact_location,
     default_tracking_uri,
@@ -395,9 +395,9 @@ def portable_checkpoint(dirpath: Path, every: int):
 
 
 def progress_callback(label: str, total: int, every_s: float):
-    """One line per `every_s` seconds on rank 0 (learn/progress.py): step, loss, rate, time left."""
+    """One line per `every_s` seconds on rank 0 (progress.py): step, loss, rate, time left."""
     L = _lightning()
-    from pmoss.learn.progress import ProgressLine
+    from pmoss.progress import ProgressLine
 
     class Progress(L.Callback):
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -415,7 +415,7 @@ def make_trainer(cfg: TrainConfig, output: Path, logger: Any, progress: bool, *,
     """The Lightning Trainer of `pmoss train`; `ray=True` swaps in Ray's DDP strategy and environment.
 
     `progress`: Lightning's bar on a terminal; quiet (`--quiet`, every DVC stage) or with stdout no
-    terminal, a plain line every PMOSS_PROGRESS_S seconds instead (learn/progress.py).
+    terminal, a plain line every PMOSS_PROGRESS_S seconds instead (progress.py).
 
     `stop_after` ends the run early at that step while the LR schedule still spans cfg.max_steps
     (a run cut short, e.g. by a time budget; resuming later continues the same schedule).

@@ -246,7 +246,7 @@ def post_train(cfg: PostTrainConfig, progress: bool = True) -> dict[str, Any]:
     from rich.progress import Progress
 
     from pmoss.contracts.policies import generate
-    from pmoss.learn.progress import Ticker, line_interval, show_bar
+    from pmoss.progress import Ticker, line_interval, show_bar
 
     tgt = prepare(cfg)
     workloads = tgt.pool.workloads

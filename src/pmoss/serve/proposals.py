@@ -46,7 +46,7 @@ def proposal_chunks(bundle: Any, pool: Pool, snapshots: dict[tuple[str, str, str
                     model_name: str, out: Path, progress: bool = True) -> Chunk:  # fmt: skip
     """(spec, schedule) of every distinct candidate of every snapshot not yet under `out`; without a
     bar (`progress` false or stdout no terminal: a DVC stage), a line every PMOSS_PROGRESS_S seconds."""
-    from pmoss.learn.progress import Ticker, line_interval, show_bar
+    from pmoss.progress import Ticker, line_interval, show_bar
     from pmoss.learn.rollout import candidate_pool
 
     settings = {"target_factor": 2.0, "temperature": 1.0, **{key: v for key, v in bundle.info.get("inference", {}).items()

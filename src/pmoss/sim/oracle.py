@@ -106,11 +106,11 @@ def on_cores(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]], workers: in
              unit: str = "task", quiet: bool = False) -> list[R]:  # fmt: skip
     """[fn(*args) for args in calls], a worker process per core (default `os.cpu_count()`; joblib,
     each worker's BLAS on one thread). With a title `progress`: a bar on a terminal, else (or
-    `quiet`) a line of done/total `unit`s every PMOSS_PROGRESS_S seconds (learn/progress.py). For
+    `quiet`) a line of done/total `unit`s every PMOSS_PROGRESS_S seconds (progress.py). For
     independent searches: each is seeded, so the results are the ones one process gets, in order."""
     from rich.progress import track
 
-    from pmoss.learn.progress import Ticker, line_interval, show_bar
+    from pmoss.progress import Ticker, line_interval, show_bar
 
     n = min(len(calls), workers or os.cpu_count() or 1)
     if n <= 1:
