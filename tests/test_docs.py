@@ -189,6 +189,8 @@ def demo_clone(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     clone = make_clone(root / "clone")
     r = run_block("source .venv/bin/activate\ndvc repro", clone, root / "home", DEMO_TIMEOUT_S)
     assert r.returncode == 0, f"dvc repro from a fresh shell failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    # the lock as the demo left it, before later blocks run stages of their own: a fresh demo's lock of HEAD
+    shutil.copyfile(clone / "dvc.lock", root / "dvc.lock.after-demo")
     return clone, root / "home"
 
 
