@@ -161,3 +161,24 @@ def test_snapshot_rejects_newer_schema_and_garbage(tmp_path):
         read_raw(tmp_path / "junk.parquet")
     with pytest.raises(ContractError, match="unknown column"):
         episodes_to_table([{**_row("a"), "bogus": 1}])
+
+
+def test_random_width_widens_a_paper_mix_schedule():
+    """Exploration data in group space (#41): the node layout of a paper-mix one-core schedule,
+    each slice's group widened to a random width; deterministic by seed."""
+    m = small_machine(nodes=2, cpus_per_node=8)
+    for seed in range(6):
+        s = generate("sn-random-width", m, 96, seed=seed)
+        assert s == generate("sn-random-width", m, 96, seed=seed) and s.validate_for(m)
+        base = generate(s.provenance["base"], m, 96, seed=seed)
+        assert s.node == base.node  # a group is cut to its anchor's node: the layout is the base's
+        assert len(set(s.widths())) > 1  # widths vary slice by slice
+
+
+def test_pool_mix_takes_the_exploration_kind(tmp_path):
+    p = tmp_path / "pool.yaml"
+    p.write_text("name: x\nmachines: [intel-skx-4s]\nworkloads: [ycsb-c]\nepisodes_per_cell: 4\nmix: {sn-random-width: 0.5, sn-random: 0.5}\n")
+    assert load_pool(p).mix["sn-random-width"] == 0.5
+    p.write_text("name: x\nmachines: [intel-skx-4s]\nworkloads: [ycsb-c]\nepisodes_per_cell: 4\nmix: {sn-hot: 1.0}\n")
+    with pytest.raises(ContractError, match="field 'mix': 'sn-hot' is not a generated mix kind"):
+        load_pool(p)

@@ -29,7 +29,7 @@ struct pm_schedule {
 
 static const char *const kind_names[PM_KIND_COUNT] = {
     "os-default", "os-interleave", "se-numa",   "sn-numa", "sn-grouped",
-    "sn-spread",  "sn-mixed",      "sn-random", "learned", "sn-hot", "search",
+    "sn-spread",  "sn-mixed",      "sn-random", "learned", "sn-hot", "search", "sn-random-width",
 };
 
 static const char *const width_names[PM_WIDTH_COUNT] = {"thread", "core", "l3", "node", "none"};
@@ -81,6 +81,7 @@ unsigned pm_schedule_kind_widths(pm_schedule_kind kind)
     case PM_KIND_SN_HOT:
     case PM_KIND_LEARNED:
     case PM_KIND_SEARCH:
+    case PM_KIND_SN_RANDOM_WIDTH:
         return W_BIT(PM_WIDTH_THREAD) | W_BIT(PM_WIDTH_CORE) | W_BIT(PM_WIDTH_L3) |
                W_BIT(PM_WIDTH_NODE);
     default:

@@ -120,6 +120,7 @@ typedef enum pm_schedule_kind {
     PM_KIND_LEARNED,        /* "learned": any width */
     PM_KIND_SN_HOT,         /* "sn-hot": hot slices widened by load; any width */
     PM_KIND_SEARCH,         /* "search": found by the simulator's oracle; any width */
+    PM_KIND_SN_RANDOM_WIDTH, /* "sn-random-width": exploration data, a one-core kind widened at random; any width */
     PM_KIND_COUNT
 } pm_schedule_kind;
 
@@ -155,7 +156,7 @@ const char *pm_width_name(pm_width width);
 int pm_width_parse(const char *name, pm_width *width);
 
 /* Bitmask of the widths (1u << pm_width) a kind allows: thread for the
- * one-core kinds, node for sn-numa, thread..node for learned, sn-hot and search,
+ * one-core kinds, node for sn-numa, thread..node for learned, sn-hot, search and sn-random-width,
  * none for the shared kinds; 0 for an unknown kind. Pure. */
 unsigned pm_schedule_kind_widths(pm_schedule_kind kind);
 

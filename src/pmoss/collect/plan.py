@@ -25,7 +25,7 @@ from pmoss.contracts.limits import (
     sim_bytes,
 )
 from pmoss.contracts.policies import PAPER_MIX
-from pmoss.contracts.schedule import ONE_CORE_KINDS, SHARED_KINDS
+from pmoss.contracts.schedule import EXPLORE_KINDS, ONE_CORE_KINDS, SHARED_KINDS
 from pmoss.contracts.workload import DATASETS, WORKLOADS
 
 Backend = Literal["sim", "runtime"]
@@ -43,7 +43,8 @@ class Pool(BaseModel):
     machines: list[str] = Field(min_length=1)
     workloads: Annotated[list[str], one_of(WORKLOADS, "workload")] = Field(min_length=1)
     datasets: Annotated[list[str], one_of(DATASETS, "dataset")] = ["dense"]
-    mix: dict[str, Fraction] = dict(PAPER_MIX)  # one-core kind -> fraction of a cell's episodes
+    # generated kind -> fraction of a cell's episodes: the paper's one-core kinds and the exploration kind
+    mix: dict[str, Fraction] = dict(PAPER_MIX)
     shared_kinds: list[str] = []  # OS/SE/SN:N modes: runs_per_shared_kind episodes each per cell
     runs_per_shared_kind: int = Field(default=1, ge=0, strict=True)
     # Search-improved episodes (kind `search`, generator=search): `search_runs` oracle searches per
@@ -74,9 +75,9 @@ class Pool(BaseModel):
 
     @model_validator(mode="after")
     def _mix(self) -> Pool:
-        bad = [k for k in self.mix if k not in ONE_CORE_KINDS or k == "learned"]
+        bad = [k for k in self.mix if k not in ONE_CORE_KINDS + EXPLORE_KINDS]
         if bad:
-            raise ValueError(f"mix: '{bad[0]}' is not a generated one-core kind ({', '.join(ONE_CORE_KINDS[:-1])})")
+            raise ValueError(f"mix: '{bad[0]}' is not a generated mix kind ({', '.join(ONE_CORE_KINDS + EXPLORE_KINDS)})")
         if any(v < 0 for v in self.mix.values()) or abs(sum(self.mix.values()) - 1) > 0.005:
             raise ValueError(f"mix: fractions must be >= 0 and sum to 1, they sum to {sum(self.mix.values()):g}")
         bad = [k for k in self.shared_kinds if k not in SHARED_KINDS]

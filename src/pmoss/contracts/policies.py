@@ -28,6 +28,8 @@ def generate(kind: Kind, machine: Machine, n_slices: int, seed: int = 0, load: n
     even; the simulator's profile or a snapshot's per-slice queries give it)."""
     if kind in ("learned", "search"):
         raise ValueError(f"kind: '{kind}' schedules come from a model or a search, not a generator")
+    if kind == "sn-random-width":
+        return _random_width(machine, n_slices, seed)
     if kind == "sn-hot":
         return _hot(machine, n_slices, seed, np.full(n_slices, 1 / n_slices) if load is None else np.asarray(load, dtype=float))
     rng = np.random.default_rng(seed)
@@ -88,6 +90,22 @@ def _random(machine: Machine, n: int, node_order: list[int], rng: np.random.Gene
 
 
 _ONE_CORE = {"sn-grouped": _grouped, "sn-spread": _spread, "sn-mixed": _mixed, "sn-random": _random}
+
+
+def _random_width(machine: Machine, n: int, seed: int) -> Schedule:
+    """Exploration data in group space: a one-core schedule of the paper's mix (its kind drawn by
+    the mix's weights) with each slice's group widened to a width drawn at random (thread, core, l3,
+    node; equal odds). The paper's mix is one thread per slice, so its returns cannot tell widths
+    apart; these episodes keep the mix's node layouts and vary only the width."""
+    rng = np.random.default_rng([seed, 0x57])
+    base = str(rng.choice(list(PAPER_MIX), p=np.array(list(PAPER_MIX.values())) / sum(PAPER_MIX.values())))
+    cores = generate(base, machine, n, seed=seed).core  # type: ignore[arg-type]
+    g = groups_of(machine)
+    worker = {cpu: w for w, cpu in enumerate(machine.worker_cpus)}
+    widths = rng.integers(len(g.of_worker), size=n)
+    chosen = g.of_worker[widths, [worker[c] for c in cores]]
+    s = Schedule.from_groups(machine, chosen, kind="sn-random-width", generator="pmoss.contracts.policies:sn-random-width", seed=seed, base=base)
+    return s.validate_for(machine)
 
 
 HOT_NEED = 1.5  # widen a slice only past 1.5 workers' fair share: a group costs coherence and handoffs

@@ -27,12 +27,13 @@ SCHEDULE_SCHEMA_VERSION = 2  # 2: per-slice width (execution groups)
 
 Kind = Literal[
     "os-default", "os-interleave", "se-numa", "sn-numa",
-    "sn-grouped", "sn-spread", "sn-mixed", "sn-random", "sn-hot", "search", "learned",
+    "sn-grouped", "sn-spread", "sn-mixed", "sn-random", "sn-hot", "search", "learned", "sn-random-width",
 ]  # fmt: skip
 SHARED_KINDS = ("os-default", "os-interleave", "se-numa", "sn-numa")  # a set of cores per slice, by kind
 ANY_WORKER_KINDS = ("os-default", "os-interleave", "se-numa")  # no per-slice group: any worker
 ONE_CORE_KINDS = ("sn-grouped", "sn-spread", "sn-mixed", "sn-random")  # width thread only (the paper's SN:T)
-MIXED_WIDTH_KINDS = ("sn-hot", "search", "learned")  # any width per slice
+EXPLORE_KINDS = ("sn-random-width",)  # training data only: the paper's one-core mix widened at random (no baseline)
+MIXED_WIDTH_KINDS = ("sn-hot", "search", "learned") + EXPLORE_KINDS  # any width per slice
 GROUP_KINDS = ("sn-numa",) + ONE_CORE_KINDS + MIXED_WIDTH_KINDS  # a node and a group per slice
 KIND_WIDTH = {**{k: "thread" for k in ONE_CORE_KINDS}, "sn-numa": "node"}  # the only width of a fixed-width kind
 OS_PLACED_KINDS = ("os-default", "os-interleave")  # data placement left to the OS
