@@ -57,6 +57,9 @@ def main() -> None:
     ap.add_argument("--workload", default="ycsb-c")
     ap.add_argument("--runs", type=int, default=2, help="evaluation seeds per schedule (eval-large.yaml's 2)")
     args = ap.parse_args()
+    if not args.model and not (ROOT / "models/dt-critic/model.pt").exists():
+        print("bench_evaluate: skipped, no demo models (models/base, models/dt-critic): run `make demo` first or pass --model NAME=PATH")
+        return  # `make bench` on a fresh clone runs every benchmark
     specs = policy_specs(args.model or [f"dt-base={ROOT / 'models/base'}", f"dt-critic={ROOT / 'models/dt-critic'}"])
     bundles = {name: load_bundle(path) for name, path in specs.items()}
     bundles[MASK_CONTROL] = untrained_like(next(iter(bundles.values())))
