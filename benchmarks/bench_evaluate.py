@@ -7,7 +7,7 @@ simulator call measuring all of them over the evaluation seeds. The baseline, in
 same cell on the demo's evaluation machine (amd-milan-nps4, 128 slices). Models: the demo's
 `models/base` and `models/dt-critic` (`make demo` writes them) or any bundles given.
 
-    .venv/bin/python benchmarks/bench_evaluate.py [--model dt-base=models/base --model dt-critic=models/dt-critic]
+    .venv/bin/python benchmarks/bench_evaluate.py [--slices-per-worker 0.5] [--model dt-base=models/base --model dt-critic=models/dt-critic]
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--model", action="append", help="NAME=PATH of a bundle (repeatable); default: the demo's dt-base and dt-critic")
     ap.add_argument("--workload", default="ycsb-c")
     ap.add_argument("--runs", type=int, default=2, help="evaluation seeds per schedule (eval-large.yaml's 2)")
+    ap.add_argument("--slices-per-worker", type=float, default=0.5, help="N = this x the workers (eval-large.yaml's 0.5: 512 slices; 2: 2,048)")
     args = ap.parse_args()
     if not args.model and not (ROOT / "models/dt-critic/model.pt").exists():
         print("bench_evaluate: skipped, no demo models (models/base, models/dt-critic): run `make demo` first or pass --model NAME=PATH")
@@ -65,9 +66,9 @@ def main() -> None:
     bundles[MASK_CONTROL] = untrained_like(next(iter(bundles.values())))
     common = {"workloads": [args.workload], "runs": args.runs, "oracle": True}
     small = one_cell("amd-milan-nps4", args.workload, bundles, EvalConfig(machines=["amd-milan-nps4"], n_slices=128, **common))
-    large = one_cell(str(ROOT / LARGE), args.workload, bundles, EvalConfig(machines=[str(ROOT / LARGE)], slices_per_worker=2.0, **common))
+    large = one_cell(str(ROOT / LARGE), args.workload, bundles, EvalConfig(machines=[str(ROOT / LARGE)], slices_per_worker=args.slices_per_worker, **common))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    write_record("evaluate_cell_1024_workers", f"pmoss evaluate, one cell ({args.workload}, 16 nodes x 64 workers, 2 slices per worker, oracle on, "
+    write_record(f"evaluate_cell_1024_workers_{large['n_slices']}", f"pmoss evaluate, one cell ({args.workload}, 16 nodes x 64 workers, {large['n_slices']} slices, oracle on, "
                  f"{', '.join(bundles)})", large["cell_s"], "s", "the same cell on amd-milan-nps4, 128 slices (same run)", small["cell_s"],
                  target_s=300.0, meets_target=large["cell_s"] <= 300.0, parts=large, baseline_parts=small, peak_rss_mib=peak,
                  models={n: str(p) for n, p in specs.items()})  # fmt: skip
