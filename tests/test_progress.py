@@ -56,7 +56,7 @@ def test_interval_from_the_environment(monkeypatch):
     assert every_s_from_env() == 30
     monkeypatch.setenv(PROGRESS_ENV, "0")
     assert every_s_from_env() == 0
-    for bad in ("soon", "-1"):
+    for bad in ("soon", "-1", "nan"):
         monkeypatch.setenv(PROGRESS_ENV, bad)
         with pytest.raises(PmossError, match=PROGRESS_ENV):
             every_s_from_env()

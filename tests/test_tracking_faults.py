@@ -53,6 +53,9 @@ def test_timeout_is_configurable(monkeypatch):
     monkeypatch.setenv("PMOSS_TRACKING_TIMEOUT_S", "soon")
     with pytest.raises(PmossError, match="PMOSS_TRACKING_TIMEOUT_S='soon'"):
         timeout_s()
+    monkeypatch.setenv("PMOSS_TRACKING_TIMEOUT_S", "0")  # 0 is no timeout a connection can meet
+    with pytest.raises(PmossError, match="must be > 0 seconds"):
+        timeout_s()
 
 
 def test_promote_checks_its_eval_set_before_the_registry(tmp_path):

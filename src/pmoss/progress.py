@@ -22,14 +22,13 @@ Both follow one rule (`show_bar`): a terminal and no `--quiet` get the bar, anyt
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Self, TextIO
 
-from pmoss.contracts.errors import PmossError
+from pmoss.contracts.io import seconds_from_env
 
 PROGRESS_ENV = "PMOSS_PROGRESS_S"
 DEFAULT_EVERY_S = 30.0
@@ -37,14 +36,7 @@ DEFAULT_EVERY_S = 30.0
 
 def every_s_from_env() -> float:
     """Seconds between progress lines: $PMOSS_PROGRESS_S, else 30; 0 means none."""
-    raw = os.environ.get(PROGRESS_ENV, "")
-    try:
-        value = float(raw) if raw else DEFAULT_EVERY_S
-    except ValueError:
-        raise PmossError(f"{PROGRESS_ENV}={raw!r}: not a number of seconds (0 turns progress lines off)") from None
-    if value < 0:
-        raise PmossError(f"{PROGRESS_ENV}={raw!r}: must be >= 0 seconds (0 turns progress lines off)")
-    return value
+    return seconds_from_env(PROGRESS_ENV, DEFAULT_EVERY_S, zero="turns progress lines off")
 
 
 def show_bar(progress: bool) -> bool:

@@ -22,6 +22,20 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 REPO_ROOT = Path(__file__).resolve().parents[3]  # src/pmoss/contracts/io.py -> the repository
 
 
+def seconds_from_env(name: str, default: float, *, zero: str | None = None) -> float:
+    """A duration in seconds from $name (unset or empty: `default`). `zero` says what 0 means where
+    0 is allowed (and is named in every error); without it the value must be > 0."""
+    raw = os.environ.get(name, "")
+    hint = f" (0 {zero})" if zero else ""
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise PmossError(f"{name}={raw!r}: not a number of seconds{hint}") from None
+    if not (value > 0 or (zero and value == 0)):  # NaN fails both
+        raise PmossError(f"{name}={raw!r}: must be {'>=' if zero else '>'} 0 seconds{hint}")
+    return value
+
+
 def shipped(relative: str) -> Path:
     """A config the repository ships (training/*.yaml, datasets/pools/*.yaml), found from any directory."""
     return REPO_ROOT / relative

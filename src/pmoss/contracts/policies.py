@@ -99,11 +99,9 @@ def _random_width(machine: Machine, n: int, seed: int) -> Schedule:
     apart; these episodes keep the mix's node layouts and vary only the width."""
     rng = np.random.default_rng([seed, 0x57])
     base = str(rng.choice(list(PAPER_MIX), p=np.array(list(PAPER_MIX.values())) / sum(PAPER_MIX.values())))
-    cores = generate(base, machine, n, seed=seed).core  # type: ignore[arg-type]
     g = groups_of(machine)
-    worker = {cpu: w for w, cpu in enumerate(machine.worker_cpus)}
-    widths = rng.integers(len(g.of_worker), size=n)
-    chosen = g.of_worker[widths, [worker[c] for c in cores]]
+    anchors = [machine.worker_index[c] for c in generate(base, machine, n, seed=seed).core]  # type: ignore[arg-type]
+    chosen = g.of_worker[rng.integers(len(g.of_worker), size=n), anchors]
     s = Schedule.from_groups(machine, chosen, kind="sn-random-width", generator="pmoss.contracts.policies:sn-random-width", seed=seed, base=base)
     return s.validate_for(machine)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pmoss.contracts.errors import PmossError
-from pmoss.contracts.io import NoProjectError, project_root
+from pmoss.contracts.io import NoProjectError, project_root, seconds_from_env
 
 TIMEOUT_ENV = "PMOSS_TRACKING_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 5.0
@@ -58,14 +58,7 @@ def artifact_location() -> str | None:
 
 
 def timeout_s() -> float:
-    raw = os.environ.get(TIMEOUT_ENV, "")
-    try:
-        value = float(raw) if raw else DEFAULT_TIMEOUT_S
-    except ValueError:
-        raise PmossError(f"{TIMEOUT_ENV}={raw!r}: not a number of seconds") from None
-    if not value > 0:
-        raise PmossError(f"{TIMEOUT_ENV}={raw!r}: must be > 0 seconds")
-    return value
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
 
 
 def bound_http_requests(budget_s: float) -> None:
