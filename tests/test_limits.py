@@ -167,7 +167,7 @@ def test_memory_check_is_against_this_machine(monkeypatch):
     from pmoss.contracts.limits import PLAN_BYTES_PER_EPISODE, PLAN_BYTES_PER_SLICE, LimitError, available_memory, sim_bytes
 
     pool = Pool(name="t", machines=["intel-skx-4s"], workloads=["ycsb-c"], episodes_per_cell=100_000, n_slices=256)
-    need = 100_000 * (PLAN_BYTES_PER_EPISODE + 256 * PLAN_BYTES_PER_SLICE) + sim_bytes(CHUNK, 256)  # the plan, and one chunk running
+    need = 100_000 * (PLAN_BYTES_PER_EPISODE + 256 * PLAN_BYTES_PER_SLICE) + sim_bytes(CHUNK, 256, load_sim_machine("intel-skx-4s").n_workers)  # the plan, and one chunk running
     monkeypatch.setattr("pmoss.contracts.limits.available_memory", lambda: need)
     check_memory(pool, lambda f: f, CHUNK)
     monkeypatch.setattr("pmoss.contracts.limits.available_memory", lambda: need - 1)
@@ -188,7 +188,7 @@ def test_memory_estimates_stay_above_measured_peaks():
     simulate_batch(m, "ycsb-e", "dense", schedules, seeds=list(range(8)), n_records=123_457)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert peak < sim_bytes(8, 200), (peak, sim_bytes(8, 200))
+    assert peak < sim_bytes(8, 200, m.n_workers), (peak, sim_bytes(8, 200, m.n_workers))
     pool = Pool(name="t", machines=["ibm-power8"], workloads=["ycsb-e"], episodes_per_cell=300, n_slices=200, n_records=123_459)
     tracemalloc.start()
     todo = pending(pool, Path("/nonexistent"))
@@ -196,6 +196,26 @@ def test_memory_estimates_stay_above_measured_peaks():
     tracemalloc.stop()
     assert len(todo) == 300 and peak < 300 * (PLAN_BYTES_PER_EPISODE + 200 * PLAN_BYTES_PER_SLICE), peak
 
+
+
+def test_memory_estimate_grows_with_the_machine():
+    """Per episode the simulator's state grows with the square of the machine: on the 1,024-worker
+    large-2s-16n an episode took 2-4 MB whatever its slices (issue #39), 4-12x what a machine-blind
+    price per episode-slice gave. The estimate's growth from 4 to 36 episodes must cover the
+    measured growth (the first call's tables excluded)."""
+    from pmoss.contracts.limits import sim_bytes
+
+    m = load_sim_machine(str(Path(__file__).resolve().parent.parent / "datasets/machines/large-2s-16n.yaml"))
+    peaks = {}
+    for eps in (4, 36):
+        schedules = [generate("sn-random", m, 64, seed=i) for i in range(eps)]
+        tracemalloc.start()
+        simulate_batch(m, "ycsb-e", "dense", schedules, seeds=list(range(eps)), n_records=123_461 + eps)
+        peaks[eps] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    grown, priced = peaks[36] - peaks[4], sim_bytes(36, 64, m.n_workers) - sim_bytes(4, 64, m.n_workers)
+    assert grown < priced, (grown, priced)
+    assert grown > sim_bytes(36, 64, 0) - sim_bytes(4, 64, 0), "the machine-blind price covers it: this test no longer checks the per-worker term"
 
 # ---- item 8: policy names -------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["os-default", "sn-hot", "oracle", "mask-only"])

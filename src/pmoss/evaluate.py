@@ -71,10 +71,11 @@ def check_memory(cfg: EvalConfig, n_policies: int, where: Any) -> None:
     `runs` seeds each) needs more memory than this machine has; `where(field)` names the field."""
     from pmoss.sim import expand_machines, load_sim_machine
 
-    n = max(cell_config(load_sim_machine(m), cfg).n_slices for m in expand_machines(cfg.machines))
+    machines = [load_sim_machine(m) for m in expand_machines(cfg.machines)]
+    n = max(cell_config(m, cfg).n_slices for m in machines)
     schedules = len(cfg.baselines) + n_policies + cfg.oracle
     field = "runs" if cfg.runs / 3 > n / 256 else ("slices_per_worker" if cfg.slices_per_worker else "n_slices")  # the one furthest above its default
-    require_memory(sim_bytes(schedules * cfg.runs, n), where(field), f"{schedules} schedules x {cfg.runs} runs of {n} slices in one simulator call", f"lower {field}")
+    require_memory(sim_bytes(schedules * cfg.runs, n, max(m.n_workers for m in machines)), where(field), f"{schedules} schedules x {cfg.runs} runs of {n} slices in one simulator call", f"lower {field}")
 
 
 def measure(machine: Any, workload: str, schedules: dict[str, Schedule], cfg: EvalConfig) -> dict[str, float]:

@@ -112,7 +112,11 @@ def check_memory(pool: Pool, where: Callable[[str], str], chunk: int) -> None:
     per_cell = pool.episodes_per_cell_total()
     episodes = per_cell * pool.n_cells()
     plan = episodes * (PLAN_BYTES_PER_EPISODE + PLAN_BYTES_PER_SLICE * pool.n_slices)
-    batch = sim_bytes(min(chunk, per_cell), pool.n_slices) if pool.backend == "sim" else 0
+    batch = 0
+    if pool.backend == "sim":
+        from pmoss.sim import load_sim_machine
+
+        batch = sim_bytes(min(chunk, per_cell), pool.n_slices, max(load_sim_machine(m).n_workers for m in pool.machines))
     if plan >= batch:
         require_memory(plan + batch, where("episodes_per_cell"), f"{episodes} planned episodes ({per_cell} per cell x {pool.n_cells()} cells, {pool.n_slices} slices each)",
                        "lower episodes_per_cell (or the other counts per cell), or split the pool into several")

@@ -22,11 +22,13 @@ MAX_CPUS = 8192  # CPU, core and L3-domain ids below this (Linux's largest NR_CP
 MAX_NODES = 1 << 10  # NUMA nodes and sockets (Linux's MAX_NUMNODES, NODES_SHIFT = 10)
 
 # Memory, measured with tracemalloc on the pool machines at 256 to 16384 slices (simulate_batch:
-# ~170 KiB per slice for a workload's slice profile, then at most 1.6 KiB per episode-slice; collect's
-# plan: 5 KiB + 14 B per slice per episode) with headroom; tests/test_limits.py checks the estimate
-# stays above a measured peak, so a heavier simulator fails there rather than in a user's run.
+# ~170 KiB per slice for a workload's slice profile, then at most 1.6 KiB per episode-slice and, per
+# episode, 2-4 B per pair of workers, whatever the slice count: 0.06 MB on the 168-worker intel-skx-4s,
+# 2.3-3.7 MB on the 1,024-worker large-2s-16n; collect's plan: 5 KiB + 14 B per slice per episode) with headroom; tests/test_limits.py checks the estimate stays above a
+# measured peak, so a heavier simulator fails there rather than in a user's run.
 SIM_BYTES_PER_SLICE = 256 << 10  # a simulator call's per-slice tables, whatever its batch
-SIM_BYTES_PER_EPISODE_SLICE = 4096  # one episode's slice inside one vectorised simulator call
+SIM_BYTES_PER_EPISODE_SLICE = 4096  # one episode's slice inside one vectorised simulator call ...
+SIM_BYTES_PER_EPISODE_WORKER_PAIR = 6  # ... and the episode's per-worker state, which grows with the square of the machine
 PLAN_BYTES_PER_EPISODE = 8192  # a planned episode (its spec and schedule) held until it runs ...
 PLAN_BYTES_PER_SLICE = 32  # ... plus this per slice of its schedule
 
@@ -75,6 +77,6 @@ def require_memory(need: float, where: str, what: str, fix: str) -> None:
         raise LimitError(f"{where}: {what} would need about {human(need)} of memory, this machine has {human(have)} available; {fix}")
 
 
-def sim_bytes(episodes: int, n_slices: int) -> int:
-    """Peak memory of one simulator call on `episodes` schedules of `n_slices` slices."""
-    return n_slices * (SIM_BYTES_PER_SLICE + episodes * SIM_BYTES_PER_EPISODE_SLICE)
+def sim_bytes(episodes: int, n_slices: int, n_workers: int) -> int:
+    """Peak memory of one simulator call on `episodes` schedules of `n_slices` slices on a machine of `n_workers` workers."""
+    return n_slices * SIM_BYTES_PER_SLICE + episodes * (n_slices * SIM_BYTES_PER_EPISODE_SLICE + SIM_BYTES_PER_EPISODE_WORKER_PAIR * n_workers**2)
