@@ -59,6 +59,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("pmoss.sim.cli", "app"),
     "serve": ("pmoss.serve.serve", "serve_command"),
     "post-train": ("pmoss.serve.posttrain", "post_train_command"),
+    "improve": ("pmoss.learn.improve", "improve_command"),
     "propose": ("pmoss.serve.proposals", "propose_command"),
     "summary": ("pmoss.serve.summary", "summary_command"),
     "doctor": ("pmoss.doctor", "doctor_command"),

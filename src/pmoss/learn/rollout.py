@@ -47,6 +47,17 @@ def algo_of(bundle: Bundle) -> str:
     return algo
 
 
+def return_to_go(share: np.ndarray, target_factor: float) -> torch.Tensor:
+    """Return-to-go before each slice, [N]: the target minus the snapshot's load share already placed,
+    a float32 running total (bc/cql models ignore it: use_return=False)."""
+    rtg_seq = torch.empty(len(share))
+    rtg = torch.tensor(float(target_factor))
+    for t in range(len(share)):
+        rtg_seq[t] = rtg
+        rtg = rtg - float(share[t] * target_factor)
+    return rtg_seq
+
+
 class Busiest:
     """Each worker's slices and load (the inference caps' bookkeeping) and, per group, its busiest
     member's with one more slice on the group: one gather and one segment max over the S memberships
@@ -76,13 +87,15 @@ class Busiest:
 def rollout(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, target_factor: float = 2.0, batch: int = 1,
     temperature: float = 0.0, cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0,
-    model: torch.nn.Module | None = None, greedy_first: bool = False,
+    model: torch.nn.Module | None = None, greedy_first: bool = False, blocked_out: list[torch.Tensor] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`batch` rollouts in parallel; returns (candidate-group indices [B, N], log-likelihoods [B]).
     temperature 0 = greedy; greedy_first: row 0 is the greedy rollout and the others sample (one
     batched pass instead of two). Any machine and any slice count: nothing in the model has their size.
     cap: slices per worker; load_cap: load per worker in fair shares of the snapshot's queries
-    (None: no load cap). Both are inference-only masks, like the paper's k-per-core cap."""
+    (None: no load cap). Both are inference-only masks, like the paper's k-per-core cap.
+    blocked_out: a list that receives each step's masked groups [B, G] (learn/improve.py scores the
+    same masked distribution with gradients)."""
     model = model or bundle.model()
     meta, feats, share = snapshot_inputs(bundle, machine, row)
     N = len(share)
@@ -97,13 +110,7 @@ def rollout(
     state = RunningState(m, torch.as_tensor(feats), torch.as_tensor(share, dtype=torch.float32), sparse)
     caches, decode = model.new_caches(batch, 1 + 3 * N), model.decoder()
     algo_of(bundle)  # a bundle of an unknown algorithm fails here, not with a wrong schedule
-    # Return-to-go before each slice, [N]: the target minus the snapshot's load share already placed,
-    # a float32 running total (bc/cql models ignore it: use_return=False).
-    rtg_seq = torch.empty(N)
-    rtg = torch.tensor(float(target_factor))
-    for t in range(N):
-        rtg_seq[t] = rtg
-        rtg = rtg - float(share[t] * target_factor)
+    rtg_seq = return_to_go(share, target_factor)
     busy = Busiest(sparse, batch, machine.n_workers)
     lcap = float("inf") if load_cap is None else load_cap
     chosen = torch.zeros(batch, N, dtype=torch.long)
@@ -120,6 +127,8 @@ def rollout(
         # a slice that fits under no cap goes to the groups whose busiest member ends least loaded
         least = after_load.masked_fill(~valid, float("inf")).amin(-1, keepdim=True)
         blocked = torch.where(blocked.all(-1, keepdim=True), ~valid | (after_load > least * (1 + 1e-6)), blocked)
+        if blocked_out is not None:
+            blocked_out.append(blocked)
         logp = torch.log_softmax(model.head(h, groups, valid)[:, 0].masked_fill(blocked, float("-inf")), -1)  # [B, G]
         a = logp.argmax(-1) if temperature <= 0 else torch.multinomial(torch.softmax(logp / temperature, -1), 1, generator=gen).squeeze(-1)
         if greedy_first:

@@ -1,0 +1,98 @@
+"""`pmoss improve`: online improvement in the simulator (learn/improve.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_failure_modes import one_line_error, pmoss
+from test_serve import _bundle
+
+from pmoss.learn.bundle import load_bundle
+from pmoss.learn.improve import ImproveConfig, improve, masked_loglik, snapshot
+from pmoss.learn.rollout import rollout
+from pmoss.sim import load_sim_machine
+
+POOL = """name: t
+backend: sim
+machines: [intel-skx-4s]
+workloads: [ycsb-c]
+datasets: [dense]
+mix: {sn-random: 1.0}
+episodes_per_cell: 1
+n_slices: 32
+"""
+
+
+@pytest.fixture(scope="module")
+def bundle_dir(tmp_path_factory) -> Path:
+    return _bundle(tmp_path_factory.mktemp("model"))
+
+
+def _pool(tmp_path: Path, text: str = POOL) -> Path:
+    (tmp_path / "pool.yaml").write_text(text)
+    return tmp_path / "pool.yaml"
+
+
+def test_teacher_forced_loglik_is_the_rollouts(bundle_dir, tmp_path):
+    """The step's objective scores the distribution the rollout sampled from: same masks, same
+    state, same return-to-go, so the teacher-forced masked log-likelihood of each sampled schedule
+    is the rollout's own (a wrong mask or state would move the policy toward something else)."""
+    from pmoss.collect.plan import load_pool
+
+    b = load_bundle(bundle_dir)
+    m = load_sim_machine("intel-skx-4s")
+    row = snapshot(m, "ycsb-c", load_pool(_pool(tmp_path)), 0)
+    blocked: list[torch.Tensor] = []
+    found, loglik = rollout(b, m, row, batch=4, temperature=1.0, seed=3, greedy_first=True, blocked_out=blocked)
+    assert len(blocked) == 32 and np.unique(found[:, 0]).size >= 1
+    mask = torch.stack(blocked, 1).clone()
+    ll = masked_loglik(b.model(), b, m, row, torch.as_tensor(found), mask, 2.0)
+    np.testing.assert_allclose(ll.detach().numpy(), loglik, rtol=1e-4, atol=1e-3)
+    # the masks bind: without them the same schedules are less likely (probability on blocked groups)
+    free = masked_loglik(b.model(), b, m, row, torch.as_tensor(found), torch.zeros_like(mask), 2.0)
+    assert (free.detach().numpy() < loglik - 1e-3).all()
+
+
+def test_a_step_moves_the_greedy_rollout_toward_the_better_sample(bundle_dir, tmp_path):
+    """Iterations that step raise the likelihood of the sample they imitated; iterations whose greedy
+    schedule measured best change nothing."""
+    from pmoss.collect.plan import load_pool
+
+    b = load_bundle(bundle_dir)
+    pool = load_pool(_pool(tmp_path))
+    improved, log = improve(b, pool, ImproveConfig(iters=4, k=5, lr=1e-2, seed=1))
+    assert len(log) == 4 and all(e["best_qps"] >= e["greedy_qps"] for e in log)
+    assert any(e["stepped"] for e in log), log
+    assert improved.info["improve"]["source"] == "sim" and improved.info["improve"]["stepped"] == sum(e["stepped"] for e in log)
+    changed = any(not torch.equal(improved.state_dict[k], b.state_dict[k]) for k in b.state_dict)
+    assert changed
+    none, log0 = improve(b, pool, ImproveConfig(iters=1, k=1, lr=1e-2, seed=1, temperature=1e-6))  # samples = greedy: nothing beats it
+    assert not log0[0]["stepped"] and all(torch.equal(none.state_dict[k], b.state_dict[k]) for k in b.state_dict)
+
+
+def test_cli_writes_bundle_and_log(bundle_dir, tmp_path):
+    out = tmp_path / "improved"
+    r = pmoss("improve", str(bundle_dir), "--pool", str(_pool(tmp_path)), "--iters", "2", "-k", "3", "-o", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "source=sim" in r.stdout
+    load_bundle(out)
+    log = json.loads((out / "improve-log.json").read_text())
+    assert log["source"] == "sim" and len(log["iterations"]) == 2
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["--iters", "0"], ["--iters: must be at least 1"]),
+    (["--lr", "nan"], ["--lr: must be a positive number"]),
+    (["--pool-text", POOL.replace("[intel-skx-4s]", "[gen-100000]")], ["gen-100000", "validation seeds", "training pool"]),
+    (["--pool-text", POOL.replace("[intel-skx-4s]", "[ibm-power8]")], ["ibm-power8", "unseen machine"]),
+])  # fmt: skip
+def test_bad_input_is_one_line_and_writes_nothing(bundle_dir, tmp_path, args, needles):
+    pool = _pool(tmp_path, args[1]) if args[0] == "--pool-text" else _pool(tmp_path)
+    extra = [] if args[0] == "--pool-text" else args
+    out = tmp_path / "out"
+    one_line_error(pmoss("improve", str(bundle_dir), "--pool", str(pool), "-o", str(out), *extra), *needles)
+    assert not out.exists()
