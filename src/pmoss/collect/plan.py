@@ -114,9 +114,16 @@ def check_memory(pool: Pool, where: Callable[[str], str], chunk: int) -> None:
     plan = episodes * (PLAN_BYTES_PER_EPISODE + PLAN_BYTES_PER_SLICE * pool.n_slices)
     batch = 0
     if pool.backend == "sim":
+        from pmoss.contracts.errors import ContractError
         from pmoss.sim import load_sim_machine
 
-        batch = sim_bytes(min(chunk, per_cell), pool.n_slices, max(load_sim_machine(m).n_workers for m in pool.machines))
+        workers = []
+        for name in pool.machines:
+            try:
+                workers.append(load_sim_machine(name).n_workers)
+            except ContractError:  # an unknown machine: the machine check after this one names it with its field
+                pass
+        batch = sim_bytes(min(chunk, per_cell), pool.n_slices, max(workers, default=0))
     if plan >= batch:
         require_memory(plan + batch, where("episodes_per_cell"), f"{episodes} planned episodes ({per_cell} per cell x {pool.n_cells()} cells, {pool.n_slices} slices each)",
                        "lower episodes_per_cell (or the other counts per cell), or split the pool into several")
