@@ -24,8 +24,9 @@ MAX_NODES = 1 << 10  # NUMA nodes and sockets (Linux's MAX_NUMNODES, NODES_SHIFT
 # Memory, measured with tracemalloc on the pool machines at 256 to 16384 slices (simulate_batch:
 # ~170 KiB per slice for a workload's slice profile, then at most 1.6 KiB per episode-slice and, per
 # episode, 2-4 B per pair of workers, whatever the slice count: 0.06 MB on the 168-worker intel-skx-4s,
-# 2.3-3.7 MB on the 1,024-worker large-2s-16n; collect's plan: 5 KiB + 14 B per slice per episode) with headroom; tests/test_limits.py checks the estimate stays above a
-# measured peak, so a heavier simulator fails there rather than in a user's run.
+# 2.3-3.7 MB on the 1,024-worker large-2s-16n; collect's plan: 5 KiB + 14 B per slice per episode)
+# with headroom; tests/test_limits.py checks the estimate stays above a measured peak, so a heavier
+# simulator fails there rather than in a user's run.
 SIM_BYTES_PER_SLICE = 256 << 10  # a simulator call's per-slice tables, whatever its batch
 SIM_BYTES_PER_EPISODE_SLICE = 4096  # one episode's slice inside one vectorised simulator call ...
 SIM_BYTES_PER_EPISODE_WORKER_PAIR = 6  # ... and the episode's per-worker state, which grows with the square of the machine

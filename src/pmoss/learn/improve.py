@@ -97,11 +97,13 @@ def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None)
     target = float(bundle.info.get("inference", {}).get("target_factor", 2.0))
     cells, rng = cells_of(pool), np.random.default_rng(cfg.seed)
     machines: dict[str, Any] = {}
+    snapshots: dict[tuple[str, str, int], dict[str, Any]] = {}  # a cell's training snapshots, simulated once
     log: list[dict[str, Any]] = []
     for it in range(cfg.iters):
         name, workload = cells[rng.integers(len(cells))]
         machine = machines.setdefault(name, load_sim_machine(name))
-        row = snapshot(machine, workload, pool, it % cfg.snapshots_per_cell)
+        i = it % cfg.snapshots_per_cell
+        row = snapshots.get((name, workload, i)) or snapshots.setdefault((name, workload, i), snapshot(machine, workload, pool, i))
         blocked: list[torch.Tensor] = []
         found, _ = rollout(bundle, machine, row, target_factor=target, batch=cfg.k + 1, temperature=cfg.temperature, seed=cfg.seed * 1_000_003 + it,
                            model=model, greedy_first=True, blocked_out=blocked)  # fmt: skip
