@@ -74,6 +74,25 @@ def test_a_step_moves_the_greedy_rollout_toward_the_better_sample(bundle_dir, tm
     assert not log0[0]["stepped"] and all(torch.equal(none.state_dict[k], b.state_dict[k]) for k in b.state_dict)
 
 
+def test_elites_keep_each_cells_best_and_replay_other_cells(bundle_dir, tmp_path):
+    """A cell's elite is the best schedule measured for it so far, never lower; a step imitates it
+    where the greedy schedule measures below it, and replays at most `replay` other cells' elites
+    (none before another cell has one)."""
+    from pmoss.collect.plan import load_pool
+
+    b = load_bundle(bundle_dir)
+    pool = load_pool(_pool(tmp_path, POOL.replace("[ycsb-c]", "[ycsb-c, scan]")))
+    _, log = improve(b, pool, ImproveConfig(iters=8, k=3, lr=1e-2, seed=2, replay=2, snapshots_per_cell=1))
+    best: dict[str, float] = {}
+    for e in log:
+        assert e["elite_qps"] == max(best.get(e["workload"], 0.0), e["best_qps"])
+        best[e["workload"]] = e["elite_qps"]
+        assert e["stepped"] == (e["elite_qps"] > e["greedy_qps"])
+        if e["stepped"]:
+            assert e["replayed"] == min(2, sum(w in best for w in ("ycsb-c", "scan")) - 1)
+    assert any(e.get("replayed") for e in log), log
+
+
 def test_cli_writes_bundle_and_log(bundle_dir, tmp_path):
     out = tmp_path / "improved"
     r = pmoss("improve", str(bundle_dir), "--pool", str(_pool(tmp_path)), "--iters", "2", "-k", "3", "-o", str(out), "--quiet")
@@ -87,6 +106,7 @@ def test_cli_writes_bundle_and_log(bundle_dir, tmp_path):
 @pytest.mark.parametrize(("args", "needles"), [
     (["--iters", "0"], ["--iters: must be at least 1"]),
     (["--lr", "nan"], ["--lr: must be a positive number"]),
+    (["--replay", "-1"], ["--replay: must be at least 0"]),
     (["--pool-text", POOL.replace("[intel-skx-4s]", "[gen-100000]")], ["gen-100000", "validation seeds", "training pool"]),
     (["--pool-text", POOL.replace("[intel-skx-4s]", "[ibm-power8]")], ["ibm-power8", "unseen machine"]),
 ])  # fmt: skip
