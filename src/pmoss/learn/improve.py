@@ -140,8 +140,8 @@ def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None)
         entry = {"iter": it, "machine": name, "workload": workload, "greedy_qps": float(qps[0]), "best_qps": float(qps[best]),
                  "elite_qps": elite.qps, "mean_sample_qps": float(qps[1:].mean()), "stepped": bool(elite.qps > qps[0])}  # fmt: skip
         if entry["stepped"]:
-            others = [k for k in elites if k != key]
-            replayed = [elites[others[j]] for j in rng.permutation(len(others))[: cfg.replay]]
+            others = [k for k in elites if k != key] if cfg.replay else []  # no replay draws no numbers: the cell draws stay as without it
+            replayed = [elites[others[j]] for j in rng.permutation(len(others))[: cfg.replay]] if others else []
             with torch.enable_grad():
                 nll = [-masked_loglik(model, bundle, e.machine, e.row, e.actions, e.blocked, target, e.arrays)[0] / e.actions.shape[1]
                        for e in (elite, *replayed)]  # fmt: skip
