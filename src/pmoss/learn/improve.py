@@ -80,9 +80,6 @@ class Elite:
     qps: float
     actions: torch.Tensor  # [1, N] candidate-group indices
     blocked: torch.Tensor  # [1, N, G]
-    machine: Any
-    arrays: dict[str, torch.Tensor]  # the machine's tensors, built once
-    row: dict[str, Any]
 
 
 def masked_loglik(model: torch.nn.Module, bundle: Bundle, machine: Any, row: dict[str, Any], actions: torch.Tensor, blocked: torch.Tensor,
@@ -120,12 +117,17 @@ def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None)
     snapshots: dict[tuple[str, str, int], dict[str, Any]] = {}  # a cell's training snapshots, simulated once
     elites: dict[tuple[str, str, int], Elite] = {}
     log: list[dict[str, Any]] = []
+
+    def elite_nll(key: tuple[str, str, int]) -> torch.Tensor:  # per slice, differentiable
+        (machine, arrays), e = machines[key[0]], elites[key]
+        return -masked_loglik(model, bundle, machine, snapshots[key], e.actions, e.blocked, target, arrays)[0] / e.actions.shape[1]
+
     for it in range(cfg.iters):
         name, workload = cells[rng.integers(len(cells))]
         if name not in machines:
             m = load_sim_machine(name)
             machines[name] = (m, as_tensors(machine_arrays(m)))
-        machine, arrays = machines[name]
+        machine = machines[name][0]
         key = (name, workload, it % cfg.snapshots_per_cell)
         row = snapshots.get(key) or snapshots.setdefault(key, snapshot(machine, workload, pool, key[2]))
         blocked: list[torch.Tensor] = []
@@ -135,16 +137,15 @@ def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None)
                          window_s=pool.window_s)  # fmt: skip
         best = int(np.argmax(qps))
         if key not in elites or qps[best] > elites[key].qps:
-            elites[key] = Elite(float(qps[best]), torch.as_tensor(found[best : best + 1]), torch.stack(blocked, 1)[best : best + 1].clone(), machine, arrays, row)
+            elites[key] = Elite(float(qps[best]), torch.as_tensor(found[best : best + 1]), torch.stack(blocked, 1)[best : best + 1].clone())
         elite = elites[key]
         entry = {"iter": it, "machine": name, "workload": workload, "greedy_qps": float(qps[0]), "best_qps": float(qps[best]),
                  "elite_qps": elite.qps, "mean_sample_qps": float(qps[1:].mean()), "stepped": bool(elite.qps > qps[0])}  # fmt: skip
         if entry["stepped"]:
             others = [k for k in elites if k != key] if cfg.replay else []  # no replay draws no numbers: the cell draws stay as without it
-            replayed = [elites[others[j]] for j in rng.permutation(len(others))[: cfg.replay]] if others else []
+            replayed = [others[j] for j in rng.permutation(len(others))[: cfg.replay]] if others else []
             with torch.enable_grad():
-                nll = [-masked_loglik(model, bundle, e.machine, e.row, e.actions, e.blocked, target, e.arrays)[0] / e.actions.shape[1]
-                       for e in (elite, *replayed)]  # fmt: skip
+                nll = [elite_nll(k) for k in (key, *replayed)]
                 # the drawn cell at full weight, the replayed ones together at the same: an anchor, not a brake
                 loss = nll[0] + (torch.stack(nll[1:]).mean() if replayed else 0.0)
                 opt.zero_grad(set_to_none=True)
