@@ -1,7 +1,7 @@
 """Fidelity of the simulator against the real runtime on THIS host (docs/machine-model.md §14.3).
 
     cmake --build build -j2
-    .venv/bin/python benchmarks/bench_sim_vs_runtime.py [--keys 1000000] [--seconds 2] [--reps 5]
+    .venv/bin/python benchmarks/bench_sim_vs_runtime.py [--keys 1000000] [--seconds 2] [--reps 5] [--routers 1] [--tag T]
 
 The host is shared: how much CPU the runtime's threads get changes run to run (2-4x), so the
 wall-clock throughput measures the other jobs as much as this machine. The +-25 % check therefore
@@ -26,16 +26,17 @@ Each rep (interleaved, so calibration and predicted runs see the same background
    which sees 1/256 of the other operations, taken out with the other slices' mean cost; the
    router alone (pmoss_bench_tree router) -> router ns per query; CPUs the runtime got in the
    calibration runs = throughput x (worker + router ns per query) -> effective CPUs (wall-clock
-   prediction only).
-2. Measure every (kind, workload) with 2 workers + 1 router on the runtime (Testbed, fresh index),
-   with its batches and probe readings per query.
+   prediction only, and only where routers share the workers' CPUs: a host of < 4 CPUs).
+2. Measure every (kind, workload) with every worker of the host and --routers routers per node
+   on the runtime (Testbed, fresh index; here 2 workers + 1 router on 2 shared CPUs), with its
+   batches and probe readings per query. Every batch is read (probe period 0).
 Then predict with the simulator (`discover(name="localhost")` + the calibration): each rep's
 constants predict that rep's runs (the neighbours' load moves both alike), and the check is the
 median over reps of predicted / measured queries per worker-CPU-second. One record per (kind,
 workload): value = median per-rep prediction, baseline = measured median, check_ratio (the
 median per-rep ratio) and within_25pct on it, the per-rep ratios, and the prediction from the
 medians of the constants over reps (pooled_ratio); wall-clock predicted / measured, the worker CPU the runtime got, steal time, batches
-per query (model at its own X and at the measured X, measured), and the busiest worker's share of
+per query (model and measured), and the busiest worker's share of
 worker CPU (one-core kinds: the model's load balance) are extra fields.
 """
 
@@ -54,6 +55,7 @@ from pmoss.bench import write_record
 from pmoss.collect.runtime import Runtime, library_path
 from pmoss.collect.testbed import Testbed
 from pmoss.collect.topology import discover
+from pmoss.contracts.machine import Machine, default_reserved
 from pmoss.contracts.policies import generate
 from pmoss.contracts.schedule import ONE_CORE_KINDS
 from pmoss.contracts.workload import get_workload
@@ -73,6 +75,10 @@ KINDS = ("sn-spread", "os-default")
 N_SLICES = 256
 SHORT, LONG = 10, 100  # scan lengths of the calibration scans
 SMALL_KEYS = 60_000  # a tree that fits the private caches: the L3 share comes from the rise beyond it
+# Every batch is read (probe period 0): exact per-slice totals, where sampled windows would leave
+# the other batches' CPU uncounted, and the per-batch term of §14.3 is what is measured and predicted.
+PROBE_PERIOD_US = 0
+QUEUE_CAPACITY = 1024  # the runtime's default queue_capacity: a closed-loop drain (model.batches_per_query)
 BAND = 0.25
 
 
@@ -107,7 +113,8 @@ def calibration_run(n: int, seconds: float, seed: int, mix: str, batch: int = 10
     """Single worker, fresh index, batches of up to `batch` queries: worker CPU ns per query
     (task_clock, software counter), measured batches per query, and the last slice's share and
     cost next to the other slices' (where dense inserts land)."""
-    rt = Runtime(n, dataset="dense", seed=1, n_slices=N_SLICES, max_workers=1, probe="software", batch_queries=batch)
+    rt = Runtime(n, dataset="dense", seed=1, n_slices=N_SLICES, max_workers=1, probe="software", batch_queries=batch,
+                 probe_period_us=PROBE_PERIOD_US, queue_capacity=QUEUE_CAPACITY)
     before = rt.snapshot()
     res = rt.run(mix, seconds, seed=seed, **spec)
     gained = res["stats"].slices_since(before)
@@ -126,9 +133,10 @@ def router_ns(n: int, seconds: float) -> float:
     return r["seconds"] / r["queries"] * 1e9
 
 
-def measured_run(machine, kind: str, workload: str, n: int, seconds: float, rep: int) -> dict:
-    """2 workers + 1 router on the runtime, fresh index (inserts grow the tree)."""
-    tb = Testbed(machine, n_keys=n, dataset="dense", n_slices=N_SLICES, seed=1)
+def measured_run(machine, kind: str, workload: str, n: int, seconds: float, rep: int, routers: int) -> dict:
+    """Every worker of the descriptor and `routers` routers per node on the runtime, fresh index
+    (inserts grow the tree)."""
+    tb = Testbed(machine, n_keys=n, dataset="dense", n_slices=N_SLICES, seed=1, probe_period_us=PROBE_PERIOD_US, routers_per_node=routers)
     tb.enforce(generate(kind, machine, tb.n_slices, seed=0))
     steal0 = _steal_jiffies()
     row = tb.run(workload, seconds, seed=1 + rep, run_index=rep)
@@ -149,11 +157,11 @@ def insert_ns(run: dict, batch_ns: float, cal: Calibration) -> float:
     which is taken out at the other slices' mean cost. The slice is hot: its batches are full
     or wait-limited at its measured rate."""
     t = (run["last_ns"] * run["last_q"] - run["others_mean_q"] * run["others_ns"]) / (run["last_q"] - run["others_mean_q"])
-    size = min(cal.batch_queries, max(1.0, run["throughput"] * run["last_share"] * cal.batch_wait_us * 1e-6))
+    size = min(cal.batch_queries, max(1.0, cal.queue_capacity * run["last_share"]))
     return t - batch_ns / size
 
 
-def fit(machine, n: int, cal_runs: list[dict], routes: list[float]) -> tuple[Calibration, dict]:
+def fit(machine, n: int, cal_runs: list[dict], routes: list[float], routers: int) -> tuple[Calibration, dict]:
     """Calibration from the medians of the reps' single-operation runs."""
     med = lambda key, f="worker_ns": statistics.median(r[key][f] for r in cal_runs)  # noqa: E731
     route = statistics.median(routes)
@@ -161,7 +169,7 @@ def fit(machine, n: int, cal_runs: list[dict], routes: list[float]) -> tuple[Cal
     effective = statistics.median(r[k]["throughput"] * (r[k]["worker_ns"] + route) * 1e-9 for r in cal_runs for k in r)
     batch = batch_ns_for(med("lookup_b1"), med("lookup_b100"), med("lookup_b1", "batches_per_query"), med("lookup_b100", "batches_per_query"))
     net = lambda key: med(key) - batch * med(key, "batches_per_query")  # noqa: E731  the run's batch cost taken out
-    cal = Calibration(route_ns=route, batch_ns=batch, shared_cpus=len(machine.worker_cpus),
+    cal = Calibration(route_ns=route, batch_ns=batch, shared_cpus=len(machine.worker_cpus), queue_capacity=QUEUE_CAPACITY, routers_per_node=routers,
                       source=f"{machine.name}: bench_sim_vs_runtime.py single-worker single-operation uniform runs")  # fmt: skip
     cal = fit_l3_share(machine, net("lookup_small"), net("lookup_b100"), cal, n_small=SMALL_KEYS, n_large=n, n_slices=N_SLICES)
     short, long = single_op("scan", scan_len=SHORT), single_op("scan", scan_len=LONG)
@@ -173,17 +181,18 @@ def fit(machine, n: int, cal_runs: list[dict], routes: list[float]) -> tuple[Cal
     inserts = statistics.median(insert_ns(r["inserts"], batch, cal) for r in cal_runs)
     ops = {"read": (single_op("read"), net("lookup_b100")), "scan": (short, net(f"scan{SHORT}")), "insert": (single_op("insert"), inserts)}
     cal = fit_op_ns(machine, ops, cal, n_records=n, n_slices=N_SLICES)
-    lookup_bpq = model_batches_per_query(machine, single_op("read"), med("lookup_b100", "throughput"), cal, n_records=n, n_slices=N_SLICES)
+    lookup_bpq = model_batches_per_query(machine, single_op("read"), cal, n_records=n, n_slices=N_SLICES)
     measured = {"lookup_b1_worker_ns": med("lookup_b1"), "lookup_b100_worker_ns": med("lookup_b100"),
                 f"lookup_{SMALL_KEYS}_keys_worker_ns": med("lookup_small"), "l3_share": cal.l3_share,
                 "lookup_b100_batches_per_query": med("lookup_b100", "batches_per_query"),
-                "lookup_b100_batches_per_query_model_at_measured_X": lookup_bpq,
+                "lookup_b100_batches_per_query_model": lookup_bpq,
                 f"scan{SHORT}_worker_ns": med(f"scan{SHORT}"), f"scan{LONG}_worker_ns": med(f"scan{LONG}"),
                 f"scan{SHORT}_{SMALL_KEYS}_keys_worker_ns": med(f"scan{SHORT}_small"), f"scan{LONG}_{SMALL_KEYS}_keys_worker_ns": med(f"scan{LONG}_small"),
                 "stream_mlp": cal.stream_mlp, "scan_key_insn": cal.scan_key_insn,
                 "insert_worker_ns_net_of_batches": inserts, "insert_run_last_slice_share": med("inserts", "last_share"),
                 "router_ns": route, "effective_cpus": effective, "per_rep": cal_runs, "router_runs": routes}  # fmt: skip
-    return replace(cal, shared_cpus=effective), measured
+    # routers and workers share CPUs only where the descriptor reserves none (a small host)
+    return replace(cal, shared_cpus=None if machine.reserved_cpus else effective), measured
 
 
 def predict(machine, kind: str, workload: str, n: int, cal: Calibration) -> dict:
@@ -193,7 +202,7 @@ def predict(machine, kind: str, workload: str, n: int, cal: Calibration) -> dict
     per_cpu, cpu_s = cpu_normalised(row["queries"], row["task_clock_ns"])
     wall = float(throughput(machine, workload, "dense", [sched], n_records=n, calibration=cal)[0])
     out = {"per_cpu_qps": per_cpu, "wall_qps": wall, "worker_cpus": cpu_s / row["window_s"], "schedule": sched,
-           "batches_per_query": model_batches_per_query(machine, get_workload(workload), wall, cal, n_records=n, n_slices=N_SLICES, schedule=sched),
+           "batches_per_query": model_batches_per_query(machine, get_workload(workload), cal, n_records=n, n_slices=N_SLICES, schedule=sched),
            "uncalibrated_wall_qps": float(throughput(machine, workload, "dense", [sched], n_records=n)[0])}  # fmt: skip
     if kind in ONE_CORE_KINDS:
         out["busiest_worker_share"] = busiest_share(list(row["core"]), list(row["task_clock_ns"]))
@@ -214,8 +223,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--routers", type=int, default=1, help="routers per node of the measured runs (a host with many workers needs several to keep them busy)")
+    ap.add_argument("--tag", default="", help="suffix of the record names (another host's records beside this one's, e.g. 16cpu)")
     args = ap.parse_args()
     machine = discover(name="localhost")
+    if args.routers != 1:  # the descriptor reserves the CPUs the runtime gives its routers
+        machine = Machine.model_validate({**machine.model_dump(), "reserved_cpus": default_reserved(machine.cpus, machine.numa_nodes, args.routers)})
+    suffix = f"_{args.tag}" if args.tag else ""
+    share = "" if machine.reserved_cpus else " shared"
+    layout = f"{machine.n_workers} workers + {args.routers * machine.numa_nodes} router(s) on this host's {len(machine.cpus)}{share} CPUs"
     configs = [(k, w) for k in args.kinds.split(",") for w in args.workloads.split(",")]
     run_id = datetime.now(UTC).isoformat(timespec="seconds")
     t0, load0 = time.perf_counter(), _load()
@@ -233,26 +249,24 @@ def main() -> None:
         })  # fmt: skip
         routes.append(router_ns(args.keys, args.seconds))
         for c in configs:
-            runs[c].append(measured_run(machine, *c, args.keys, args.seconds, rep))
-    cal, cal_measured = fit(machine, args.keys, cal_runs, routes)
+            runs[c].append(measured_run(machine, *c, args.keys, args.seconds, rep, args.routers))
+    cal, cal_measured = fit(machine, args.keys, cal_runs, routes, args.routers)
     # each rep's constants predict that rep's runs: the neighbours' load (how much of the L3 they
     # leave us) moves both alike, which medians of constants and of measurements pool away
-    rep_cals = [fit(machine, args.keys, [cal_runs[i]], [routes[i]])[0] for i in range(args.reps)]
+    rep_cals = [fit(machine, args.keys, [cal_runs[i]], [routes[i]], args.routers)[0] for i in range(args.reps)]
     cal_measured.update(bench_s=time.perf_counter() - t0, host_load_start=load0, host_load_end=_load(),
                         per_rep_calibration=[dict(c.__dict__) for c in rep_cals])  # fmt: skip
     print(json.dumps({"calibration": cal.__dict__}))
     for kind, wl in configs:
         pred, meas = predict(machine, kind, wl, args.keys, cal), runs[(kind, wl)]
         med = {k: statistics.median(r[k] for r in meas) for k in meas[0]}
-        bpq_at_measured = model_batches_per_query(machine, get_workload(wl), med["wall_qps"], cal, n_records=args.keys,
-                                                  n_slices=N_SLICES, schedule=pred["schedule"])  # fmt: skip
         rep_pred = [cpu_normalised_prediction(machine, kind, wl, args.keys, c) for c in rep_cals]
         rep_ratio = [p / r["per_cpu_qps"] for p, r in zip(rep_pred, meas, strict=True)]
         check_ratio = statistics.median(rep_ratio)
         within = bool(abs(check_ratio - 1) <= BAND)
         write_record(
-            f"sim_vs_runtime_{kind.replace('-', '_')}_{wl.replace('-', '_')}",
-            f"{wl}, 2 workers + 1 router on this host's 2 shared CPUs, {args.keys} dense keys, {N_SLICES} slices, {kind}: "
+            f"sim_vs_runtime_{kind.replace('-', '_')}_{wl.replace('-', '_')}{suffix}",
+            f"{wl}, {layout}, {args.keys} dense keys, {N_SLICES} slices, {kind}: "
             "calibrated simulator prediction of queries per worker-CPU-second (task_clock)",
             statistics.median(rep_pred), "queries per worker-CPU-second",
             f"measured on the runtime (Testbed, median of {args.reps} x {args.seconds} s, interleaved with the calibration runs)",
@@ -263,7 +277,7 @@ def main() -> None:
             wall_within_25pct=bool(abs(pred["wall_qps"] / med["wall_qps"] - 1) <= BAND),
             uncalibrated_wall_prediction_qps=pred["uncalibrated_wall_qps"],
             predicted_busiest_worker_share=pred.get("busiest_worker_share"), measured_runs=meas,
-            batches_per_query_model=pred["batches_per_query"], batches_per_query_model_at_measured_X=bpq_at_measured,
+            batches_per_query_model=pred["batches_per_query"],
             batches_per_query_measured=med["batches_per_query"], probe_reads_per_query_measured=med["probe_reads_per_query"],
             calibration=dict(cal.__dict__), calibration_measurements=cal_measured,
             calibrated_on=f"single-worker uniform runs: ycsb-c lookups (batches of 1 and 100 queries; {SMALL_KEYS} keys for the L3 share), scan-mix scans of 10 and 100 keys "

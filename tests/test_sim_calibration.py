@@ -130,7 +130,8 @@ def test_shared_cpus_bound_and_router_cost():
 
 
 def test_batches_per_query_per_slice_batching():
-    """b = min(G, max(1, lam W)) with lam = X p_s / threads of the slice's group."""
+    """b = min(G, max(1, Q q)): a drained queue of Q queries grouped by slice, q the slice's share
+    of its threads' stream."""
     from pmoss.sim.model import batches_per_query
     from pmoss.sim.placement import from_actions
 
@@ -138,19 +139,23 @@ def test_batches_per_query_per_slice_batching():
     hw = hw_for(m)
     share = np.full(N, 1.0 / N)
     one = from_actions(hw, np.zeros((1, N), dtype=np.int64))
-    bpq = lambda X, pl=one: batches_per_query(share, pl, np.array([X]), 100, 0.01)[0]  # noqa: E731
-    assert np.allclose(bpq(10.0 * N / 0.01), 0.1)  # 10 queries of each slice per wait
-    assert np.allclose(bpq(1e12), 0.01)  # full batches
-    assert np.allclose(bpq(1.0), 1.0)  # every query alone
-    spread = from_schedules(hw, [generate("os-default", m, N, seed=0)])  # every worker gets 1/W of each slice
-    assert np.allclose(bpq(10.0 * N / 0.01, spread), min(1.0, hw.n_workers / 10.0))
-    cal = Calibration(batch_ns=1000.0)
-    assert model_batches_per_query(m, _lookup(), 10.0 * N / 0.01, cal, n_records=N_REC, n_slices=N) == pytest.approx(0.1)
+    bpq = lambda Q, pl=one, G=100: batches_per_query(share, pl, hw.groups.member, G, Q)[0]  # noqa: E731
+    assert np.allclose(bpq(10 * N), 0.1)  # 10 queries of each slice per drain
+    assert np.allclose(bpq(10 * N, G=4), 0.25)  # full batches
+    assert np.allclose(bpq(N // 2), 1.0)  # a slice's queries alone
+    # every worker serves every slice (os-default): each slice's share of a worker's stream is 1/N
+    spread = from_schedules(hw, [generate("os-default", m, N, seed=0)])
+    assert np.allclose(bpq(10 * N, spread), 0.1)
+    # one-core kind: a worker's drain holds only its own slices, so their batches are larger
+    own = from_schedules(hw, [generate("sn-spread", m, N, seed=0)])
+    assert float(share @ bpq(10 * N, own)) < 0.1 / 2
+    cal = Calibration(batch_ns=1000.0, queue_capacity=10 * N)
+    assert model_batches_per_query(m, _lookup(), cal, n_records=N_REC, n_slices=N) == pytest.approx(0.1)
 
 
-def test_batch_cost_root_above_the_idle_bound():
-    """Batches grow with X, so the cost per query falls: the solved X still saturates the worker
-    (utilisation 1 with the batch cost at that X) even when the per-batch cost dwarfs the query."""
+def test_batch_cost_saturates_the_worker():
+    """The solved X saturates the worker (utilisation 1 with the batch cost included) even when
+    the per-batch cost dwarfs the query."""
     from pmoss.sim.episode import model_run, resolve
     from pmoss.sim.placement import from_actions
 
@@ -160,6 +165,17 @@ def test_batch_cost_root_above_the_idle_bound():
         inp = resolve(m, _lookup(), "dense", N_REC, 1.0, cal)
         _, prof, sol, _ = model_run(inp, from_actions(hw_for(m, cal), np.zeros((1, N), dtype=np.int64)), N)
         assert float(sol.X[0] * (prof.share @ sol.t_ns[0]) * 1e-9) == pytest.approx(1.0, rel=1e-3)
+
+
+def test_routers_per_node_lift_the_router_bound():
+    m = load_sim_machine(MACHINE)
+    s = [generate("sn-spread", m, N, seed=0)]
+    one = throughput(m, "ycsb-c", "dense", s, n_records=N_REC, calibration=Calibration(route_ns=1_000.0))[0]
+    four = throughput(m, "ycsb-c", "dense", s, n_records=N_REC, calibration=Calibration(route_ns=1_000.0, routers_per_node=4))[0]
+    assert one == pytest.approx(m.numa_nodes * 1e6, rel=1e-3)  # router-bound: one router per node at 1 us
+    assert four > 1.5 * one
+    with pytest.raises(ValueError, match="routers_per_node"):
+        Calibration(routers_per_node=0)
 
 
 @pytest.mark.parametrize("field", ["batch_ns", "ipc", "route_ns", "scan_key_insn", "shared_cpus", "stream_mlp"])
@@ -174,6 +190,6 @@ def test_non_finite_pressure_raises_instead_of_hanging():
     must end in an error, not loop (an inf batch cost slipped past validation before)."""
     m = load_sim_machine(MACHINE)
     cal = object.__new__(Calibration)  # bypass validation: the model's own guard is under test
-    object.__setattr__(cal, "__dict__", {**Calibration(batch_queries=100, batch_wait_us=10_000).__dict__, "batch_ns": float("inf")})
+    object.__setattr__(cal, "__dict__", {**Calibration(batch_queries=100).__dict__, "batch_ns": float("inf")})
     with pytest.raises(ValueError, match="not finite"):
         throughput(m, "ycsb-c", "dense", [generate("sn-spread", m, N, seed=0)], n_records=N_REC, calibration=cal)

@@ -34,14 +34,17 @@ class Testbed:
 
     def __init__(self, machine: Machine, n_keys: int, dataset: str = "dense", n_slices: int = 256, seed: int = 1,
                  probe: str | None = "auto", offcore: str | None = "/sys", batch_queries: int = 100,
-                 batch_max_wait_us: int | None = None):  # fmt: skip
+                 batch_max_wait_us: int | None = None, probe_period_us: int | None = None, routers_per_node: int = 1):  # fmt: skip
         """offcore: sysfs root of the uncore PMUs to sweep ("/sys"), None for no off-core readings.
-        batch_queries / batch_max_wait_us: probe granularity and its latency bound (see Runtime)."""
+        batch_queries / batch_max_wait_us / probe_period_us: probe granularity, its latency bound
+        and how often a slice's batch is read (see Runtime). routers_per_node: the descriptor's
+        reserved CPUs must leave the workers the runtime then keeps (topology.default_reserved)."""
         from pmoss.collect.runtime import Runtime, host_pmu_facts
 
         self.machine, self.dataset, self.n_keys = machine, dataset, n_keys
         self.rt = Runtime(n_keys, dataset=dataset, seed=seed, n_slices=n_slices, probe=probe, offcore=offcore,
-                          batch_queries=batch_queries, batch_max_wait_us=batch_max_wait_us, machine=machine.name)
+                          batch_queries=batch_queries, batch_max_wait_us=batch_max_wait_us, probe_period_us=probe_period_us,
+                          routers_per_node=routers_per_node, machine=machine.name)
         self.probe = probe
         self.pmu = host_pmu_facts()  # why counters are hardware or software here: the rows' counter_mode_reason
         self.n_slices = self.rt.n_slices

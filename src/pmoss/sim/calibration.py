@@ -46,17 +46,17 @@ def worker_ns(machine: Machine, workload: Workload, cal: Calibration | None, *, 
     return float(prof.share @ sol.t_ns[0]), float(prof.share @ d.comp_ns[0])
 
 
-def model_batches_per_query(machine: Machine, workload: Workload, X: float, cal: Calibration, *, n_records: int,
+def model_batches_per_query(machine: Machine, workload: Workload, cal: Calibration, *, n_records: int,
                             n_slices: int, dataset: str = "dense", schedule: Schedule | None = None) -> float:
-    """Share-weighted batches per query (model.batches_per_query) at throughput X [queries/s];
-    every slice on worker 0 unless a schedule is given."""
+    """Share-weighted batches per query (model.batches_per_query); every slice on worker 0 unless
+    a schedule is given."""
     hw = hw_for(machine, cal)
     prof = slice_profile(workload, n_records, n_slices, insert_order(dataset))
     if schedule is None:
         pl = from_actions(hw, np.zeros((1, n_slices), dtype=np.int64))
     else:
         pl = from_schedules(hw, [schedule])
-    return float(prof.share @ batches_per_query(prof.share, pl, np.array([float(X)]), cal.batch_queries, cal.batch_wait_us * 1e-6)[0])
+    return float(prof.share @ batches_per_query(prof.share, pl, hw.groups.member, cal.batch_queries, cal.queue_capacity)[0])
 
 
 def keys_per_query(workload: Workload, n_records: int, n_slices: int) -> float:

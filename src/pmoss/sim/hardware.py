@@ -136,8 +136,10 @@ class Calibration:
       expected batch size of slice s (`model.batches_per_query`); fitted from single-worker
       lookups with batches of 1 query and of batch_queries. None: no per-batch cost (the paper's
       rdpmc probe costs tens of ns).
-    batch_queries, batch_wait_us: the runtime's batch_queries (G) and batch_max_wait_us (W): a
-      slice's batch runs when it holds G queries or its oldest query waited W.
+    batch_queries, queue_capacity: the runtime's batch_queries (G) and queue_capacity (Q): a
+      worker drains its queue (up to Q queries in a closed loop) and runs what it drained grouped
+      by slice, G at most a batch (`model.batches_per_query`).
+    routers_per_node: router threads per node (the runtime's routers_per_node; §8).
     scan_key_insn: instructions per key scanned (model default INSN_SCAN_KEY), fitted from the
       difference between single-worker scans of two lengths.
     route_ns: router CPU time per query (model default ROUTE_NS), measured on the router alone.
@@ -169,7 +171,8 @@ class Calibration:
     op_ns: tuple[float, float, float, float] | None = None
     batch_ns: float | None = None
     batch_queries: int = 100
-    batch_wait_us: float = 10_000.0
+    queue_capacity: int = 1024
+    routers_per_node: int = 1
     scan_key_insn: float | None = None
     route_ns: float | None = None
     shared_cpus: float | None = None
@@ -180,8 +183,9 @@ class Calibration:
     source: str = ""
 
     def __post_init__(self) -> None:
-        if self.batch_queries < 1 or not self.batch_wait_us >= 0:
-            raise ValueError(f"Calibration.batch_queries / batch_wait_us: must be >= 1 / >= 0, got {self.batch_queries!r} / {self.batch_wait_us!r}")
+        if self.batch_queries < 1 or self.queue_capacity < 1 or self.routers_per_node < 1:
+            raise ValueError("Calibration.batch_queries / queue_capacity / routers_per_node: must be >= 1, got "
+                             f"{self.batch_queries!r} / {self.queue_capacity!r} / {self.routers_per_node!r}")
         if self.op_ns is not None and (len(self.op_ns) != 4 or not all(np.isfinite(v) for v in self.op_ns)):
             raise ValueError(f"Calibration.op_ns: must be 4 finite ns (read, update, insert, scan), got {self.op_ns!r}")
         if not set(self.numa_balancing) <= {"os-default", "se-numa"}:

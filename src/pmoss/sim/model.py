@@ -94,14 +94,20 @@ def demand(hw: HW, prof: SliceProfile, pl: Placement, hits: dict[str, np.ndarray
     )  # fmt: skip
 
 
-def batches_per_query(share: np.ndarray, pl: Placement, X: np.ndarray, batch_queries: int, wait_s: float) -> np.ndarray:
-    """Expected batches per query of each slice under the runtime's per-slice batching (§14.3):
-    a worker runs a slice's batch when it holds batch_queries queries or its oldest query waited
-    wait_s, so a slice arriving at rate lam on one worker runs batches of
-    b = min(batch_queries, max(1, lam * wait_s)) queries. Slice s's queries at throughput X
-    [B] are spread over the threads of its execution group: lam = X p_s / threads. -> [B, N]"""
-    lam = X[:, None] * share[None, :] / _threads_per_slice(pl)
-    return 1.0 / np.clip(lam * wait_s, 1.0, float(batch_queries))
+def batches_per_query(share: np.ndarray, pl: Placement, member: np.ndarray, batch_queries: int, queue_capacity: int) -> np.ndarray:
+    """Expected batches per query of each slice under the runtime's work-conserving batching
+    (§14.3): a worker drains its queue and runs what it drained grouped by slice, at most
+    batch_queries to a batch. In a closed loop the routers keep the queues full, so a drain holds
+    queue_capacity queries, of which slice s has its share of the thread's stream:
+    b = min(batch_queries, max(1, queue_capacity * q)), q = (p_s / threads) / the mean load of
+    its group's members. member [Gx, W]: 1/|g| per member of each group. -> [B, N]"""
+    B, N = pl.exec_group.shape
+    Gx = member.shape[0]
+    key = (pl.exec_group + Gx * np.arange(B)[:, None]).ravel()
+    thread_load = np.bincount(key, np.broadcast_to(share, (B, N)).ravel(), B * Gx).reshape(B, Gx) @ member  # [B, W]
+    group_load = thread_load @ member.T  # [B, Gx] mean load of each group's members
+    q = share[None, :] / _threads_per_slice(pl) / np.take_along_axis(group_load, pl.exec_group, axis=1)
+    return 1.0 / np.clip(queue_capacity * q, 1.0, float(batch_queries))
 
 
 def _pos(v: np.ndarray) -> np.ndarray:
@@ -211,27 +217,17 @@ class _Loads:
         self.mem_g = np.bincount(ekey, ep.ravel(), B * Gx * M * M).reshape(B, Gx, M * M)
         self.member = member
         cal = hw.calibration
-        self.batch_ns = None if cal is None or cal.batch_ns is None else cal.batch_ns
-        self._cal = cal
-        self._share, self._pl = prof.share, pl
+        # per-batch cost per query of each slice [B, N] and per thread [B, W] (0 without batch_ns)
+        if cal is None or cal.batch_ns is None:
+            self.batch_slice_ns, self.batch_thread_ns = np.zeros(pl.exec_group.shape), np.zeros(self.comp.shape)
+        else:
+            self.batch_slice_ns = cal.batch_ns * batches_per_query(prof.share, pl, member, cal.batch_queries, cal.queue_capacity)
+            self.batch_thread_ns = self.per_group(self.batch_slice_ns * prof.share) @ member
 
     def mem_thread(self, lat: np.ndarray) -> np.ndarray:
         """Memory stall per thread and workload query [B, W] at latencies lat [B, Mcore, Mmem]."""
         B = lat.shape[0]
         return (self.mem_g @ lat.reshape(B, -1, 1))[..., 0] @ self.member
-
-    def batch_slice_ns(self, X: np.ndarray) -> np.ndarray:
-        """Per-batch cost per query of each slice at X [B] -> [B, N] (0 without batch_ns)."""
-        if self.batch_ns is None:
-            return np.zeros(self._pl.exec_group.shape)
-        cal = self._cal
-        return self.batch_ns * batches_per_query(self._share, self._pl, X, cal.batch_queries, cal.batch_wait_us * 1e-6)
-
-    def batch_thread_ns(self, X: np.ndarray) -> np.ndarray:
-        """The same per thread and workload query [B, W] (a group's work spread over its threads)."""
-        if self.batch_ns is None:
-            return np.zeros(self.comp.shape)
-        return self.per_group(self.batch_slice_ns(X) * self._share) @ self.member
 
 
 def loaded_latency(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -253,7 +249,7 @@ def thread_util(hw: HW, ld: _Loads, lat: np.ndarray, X: np.ndarray) -> np.ndarra
     A group's work is spread evenly over its threads; a busy sibling slows a thread's compute by
     beta_c and its stalls by beta_m, times the sibling's utilisation."""
     B, W = ld.comp.shape
-    stall = ld.fixed + ld.batch_thread_ns(X) + ld.mem_thread(lat)  # [B, W] ns per workload query
+    stall = ld.fixed + ld.batch_thread_ns + ld.mem_thread(lat)  # [B, W] ns per workload query
     c, m = ld.comp * X[:, None] * 1e-9, stall * X[:, None] * 1e-9
     u = c + m
     ckey = (hw.worker_core[None, :] + hw.n_cores * np.arange(B)[:, None]).ravel()
@@ -271,7 +267,8 @@ def _pressure(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray
     thread = util.max(1)
     cal = hw.calibration
     route_ns = ROUTE_NS if cal is None or cal.route_ns is None else cal.route_ns
-    router = X * route_ns * 1e-9 / hw.n_nodes
+    routers = hw.n_nodes * (1 if cal is None else cal.routers_per_node)
+    router = X * route_ns * 1e-9 / routers
     if cal is not None and cal.shared_cpus is not None:  # routers share the workers' CPUs (§14.3)
         thread = np.maximum(thread, (util.sum(1) + X * route_ns * 1e-9) / cal.shared_cpus)
     channel = np.maximum(rho_mem.max(1), rho_link.max(1, initial=0.0)) / RHO_MAX
@@ -305,7 +302,7 @@ def _open_solution(hw: HW, prof: SliceProfile, pl: Placement, d: Demand, ld: _Lo
     cal = hw.calibration
     route_ns = ROUTE_NS if cal is None or cal.route_ns is None else cal.route_ns
     B = pl.exec_group.shape[0]
-    lam = np.full(B, hw.n_nodes / (route_ns * 1e-9))  # one router per node, each at full speed
+    lam = np.full(B, hw.n_nodes * cal.routers_per_node / (route_ns * 1e-9))  # every router at full speed
     member = hw.groups.member  # [Gx, W], 1/|g| per member
     log_f = np.zeros((B, hw.n_workers))
     for i in range(OPEN_PASSES):
@@ -343,12 +340,7 @@ def largest_feasible(hw: HW, ld: _Loads) -> np.ndarray:
     b = -np.log(np.maximum(_pressure(hw, ld, np.ones(ld.comp.shape[0]))[0], 1e-30))  # SMT/queueing only slow
     if not np.all(np.isfinite(b)):
         raise ValueError("simulator: a schedule's resource pressure is not finite (NaN/inf in the machine's or the calibration's constants)")
-    fb = f(b)
-    for _ in range(MAX_WIDEN):
-        if not np.any(fb < 0):
-            break  # batches grow with X (§14.3): the cost per query falls, the root can lie above
-        b, fb = np.where(fb < 0, b + np.log(BRACKET), b), np.where(fb < 0, f(b + np.log(BRACKET)), fb)
-    fb = np.maximum(fb, 0.0)
+    fb = np.maximum(f(b), 0.0)  # every cost per query is constant or rises with X: b is infeasible
     a = b - np.log(BRACKET)
     fa = f(a)
     for _ in range(MAX_WIDEN):
@@ -375,9 +367,9 @@ def _solution(hw: HW, pl: Placement, d: Demand, ld: _Loads, X: np.ndarray) -> So
     lat, rho_mem, rho_link = loaded_latency(hw, ld, X)
     mem_ns = np.einsum("bnm,bmk,bnk->bn", pl.E, lat, pl.P)  # [B, N]
     util = thread_util(hw, ld, lat, X)
-    base = (ld.comp + ld.fixed + ld.batch_thread_ns(X) + ld.mem_thread(lat)) * X[:, None] * 1e-9
+    base = (ld.comp + ld.fixed + ld.batch_thread_ns + ld.mem_thread(lat)) * X[:, None] * 1e-9
     return Solution(
-        X=X, t_ns=d.comp_ns + d.fixed_ns + ld.batch_slice_ns(X) + d.mem_dep * mem_ns, mem_ns=mem_ns, thread_util=util,
+        X=X, t_ns=d.comp_ns + d.fixed_ns + ld.batch_slice_ns + d.mem_dep * mem_ns, mem_ns=mem_ns, thread_util=util,
         rho_mem=rho_mem, rho_link=rho_link, node_read_bytes=ld.node_read, node_write_bytes=ld.node_write,
         link_bytes=ld.link, local_share=ld.local, smt_slowdown=_group_mean(hw, pl, util / np.maximum(base, 1e-300), base > 0),
         bound=bound,
