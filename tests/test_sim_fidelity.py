@@ -27,12 +27,17 @@ def test_runtime_check_reports_the_latest_recorded_run(tmp_path):
             "run_id": run_id, "date": run_id, "machine": "test host", "check": "cpu-normalised"}))
 
     assert runtime_check(tmp_path) == PENDING
-    record("a", "2026-01-01T00:00:00+00:00", 2.0, False)
-    record("b", "2026-01-02T00:00:00+00:00", 1.1, True)
-    record("c", "2026-01-02T00:00:00+00:00", 1.5, False)
+    record("x_ycsb_c_16cpu", "2026-01-01T00:00:00+00:00", 1.0, True)
+    assert runtime_check(tmp_path) == PENDING  # only another host's records (--tag)
+    record("x_ycsb_a", "2026-01-01T00:00:00+00:00", 2.0, False)
+    record("x_ycsb_c", "2026-01-02T00:00:00+00:00", 1.1, True)
+    record("x_rsi_20_30_50", "2026-01-02T00:00:00+00:00", 1.5, False)
+    record("x_ycsb_c_16cpu", "2026-01-03T00:00:00+00:00", 3.0, False)  # another host's (--tag), newer
     got = runtime_check(tmp_path)
     assert got["run"] == "2026-01-02T00:00:00+00:00" and got["within_25pct"] == "1/2" and got["wall_clock_within_25pct"] == "0/2"
-    assert got["ratios"] == {"b": 1.1, "c": 1.5} and got["measure"] == "cpu-normalised"
+    assert got["ratios"] == {"x_ycsb_c": 1.1, "x_rsi_20_30_50": 1.5} and got["measure"] == "cpu-normalised"
+    assert got["other_hosts"] == {"16cpu": {"run": "2026-01-03T00:00:00+00:00", "host": "test host", "within_25pct": "0/1",
+                                            "wall_clock_within_25pct": "0/1"}}
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ reads the latest run of benchmarks/bench_sim_vs_runtime.py from its records (pen
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,21 +61,33 @@ def fidelity_table(machines: Sequence[str] = PAPER_MACHINES, workloads: Sequence
 PENDING = "pending: no record of benchmarks/bench_sim_vs_runtime.py (docs/machine-model.md §14.3)"
 
 
+_RECORD = re.compile(r"^sim_vs_runtime_(.+?)_(ycsb_[a-z]|rsi_\d+_\d+_\d+)(?:_(?P<tag>.+))?$")
+
+
 def runtime_check(results: Path = RESULTS) -> dict | str:
-    """The latest recorded simulator-vs-runtime run (§14.3): how many (kind, workload) records of
-    that run are within +-25 % and on which measure; PENDING when there is no record."""
+    """The latest recorded simulator-vs-runtime run (§14.3) on this project's reference host (the
+    records without a `--tag`): how many (kind, workload) records of that run are within +-25 %
+    and on which measure, and the latest run of each tagged host beside it; PENDING when there is
+    no untagged record."""
     records = [json.loads(p.read_text()) for p in sorted(results.glob("sim_vs_runtime_*.json"))]
-    if not records:
-        return PENDING
+    tag = lambda r: (m.group("tag") if (m := _RECORD.match(r["name"])) else None) or ""  # noqa: E731
     run = lambda r: r.get("run_id", r["date"][:16])  # noqa: E731  records before run_id: one run per minute
-    latest = max(run(r) for r in records)
-    mine = [r for r in records if run(r) == latest]
-    within = sum(bool(r["within_25pct"]) for r in mine)
+    by_tag: dict[str, list[dict]] = {}
+    for r in records:
+        by_tag.setdefault(tag(r), []).append(r)
+    latest = {t: [r for r in rs if run(r) == max(run(x) for x in rs)] for t, rs in by_tag.items()}
+    if "" not in latest:
+        return PENDING
+    mine = latest.pop("")
+    within = lambda rs, key="within_25pct": f"{sum(bool(r.get(key)) for r in rs)}/{len(rs)}"  # noqa: E731
     check = mine[0].get("check", "wall-clock")
-    out = {"run": latest, "within_25pct": f"{within}/{len(mine)}", "measure": check, "host": mine[0]["machine"],
+    out = {"run": run(mine[0]), "within_25pct": within(mine), "measure": check, "host": mine[0]["machine"],
            "ratios": {r["name"].removeprefix("sim_vs_runtime_"): round(r.get("check_ratio", r["ratio"]), 3) for r in mine}}  # fmt: skip
     if "wall_within_25pct" in mine[0]:
-        out["wall_clock_within_25pct"] = f"{sum(bool(r['wall_within_25pct']) for r in mine)}/{len(mine)}"
+        out["wall_clock_within_25pct"] = within(mine, "wall_within_25pct")
+    if latest:
+        out["other_hosts"] = {t: {"run": run(rs[0]), "host": rs[0]["machine"], "within_25pct": within(rs),
+                                  "wall_clock_within_25pct": within(rs, "wall_within_25pct")} for t, rs in sorted(latest.items())}  # fmt: skip
     return out
 
 
