@@ -340,7 +340,12 @@ def largest_feasible(hw: HW, ld: _Loads) -> np.ndarray:
     b = -np.log(np.maximum(_pressure(hw, ld, np.ones(ld.comp.shape[0]))[0], 1e-30))  # SMT/queueing only slow
     if not np.all(np.isfinite(b)):
         raise ValueError("simulator: a schedule's resource pressure is not finite (NaN/inf in the machine's or the calibration's constants)")
-    fb = np.maximum(f(b), 0.0)  # every cost per query is constant or rises with X: b is infeasible
+    fb = f(b)
+    for _ in range(MAX_WIDEN):
+        if not np.any(fb < 0):
+            break  # every cost per query is constant or rises with X, but round-off can leave b a hair feasible
+        b, fb = np.where(fb < 0, b + np.log(BRACKET), b), np.where(fb < 0, f(b + np.log(BRACKET)), fb)
+    fb = np.maximum(fb, 0.0)
     a = b - np.log(BRACKET)
     fa = f(a)
     for _ in range(MAX_WIDEN):
