@@ -119,7 +119,7 @@ EVAL = "machines: [intel-skx-4s]\nworkloads: [ycsb-c]\nn_records: 100000\nruns: 
 def test_evaluate_other_slice_count(tmp_path):
     """Issue 17 case 3: `--n-slices 16` with a model trained on another count runs (nothing in it is sized by N)."""
     (tmp_path / "eval.yaml").write_text(EVAL)
-    r = pmoss("evaluate", str(tmp_path / "eval.yaml"), "--model", f"dt={_bundle(tmp_path / 'model')}", "--n-slices", "16", "-o", str(tmp_path / "out"))
+    r = pmoss("evaluate", str(tmp_path / "eval.yaml"), "--model", f"dt={_bundle(tmp_path / 'model')}", "--n-slices", "16", "-o", str(tmp_path / "out"), "--quiet")
     assert r.returncode == 0, r.stderr
     schedules = json.loads((tmp_path / "out" / "schedules.json").read_text())
     counts = [s["n_slices"] for per in schedules.values() for s in per.values()]

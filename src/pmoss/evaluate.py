@@ -421,6 +421,7 @@ def evaluate_command(
     mask_control: Annotated[bool, typer.Option("--mask-control/--no-mask-control",
                                                help="Also run 'mask-only': the first model's network untrained, under the same inference masks.")] = True,
     label: Annotated[Optional[str], typer.Option(help="Nest metrics.json under this key (e.g. unseen), so a second evaluation's columns in `dvc exp show` differ from the first's.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar (a line every PMOSS_PROGRESS_S seconds, default 30, instead).")] = False,
 ) -> None:
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
     from pmoss.learn.bundle import load_bundle, untrained_like
@@ -434,7 +435,7 @@ def evaluate_command(
     if mask_control and bundles:
         bundles[MASK_CONTROL] = untrained_like(next(iter(bundles.values())))
     schedules: dict[str, dict[str, Schedule]] = {}
-    cells = evaluate_cells(cfg, bundles, keep=schedules)
+    cells = evaluate_cells(cfg, bundles, progress=not quiet, keep=schedules)
     headline, detail = summarise(cells, list(bundles), cfg.baselines, schedules)
     atomic_write_text(output / "metrics.json", json.dumps({label: headline} if label else headline, indent=1) + "\n")
     atomic_write_text(output / "cells-detail.json", json.dumps(detail, indent=1) + "\n")
