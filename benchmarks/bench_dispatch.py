@@ -42,12 +42,12 @@ def router_alone_ns(n: int, seconds: float) -> float:
     return r["seconds"] / r["queries"] * 1e9
 
 
-def run(machine: Machine, kind: str, routers: int, n: int, seconds: float, rep: int) -> dict:
+def run(machine: Machine, kind: str, routers: int, n: int, seconds: float, rep: int, distribution: str | None) -> dict:
     tb = Testbed(machine, n_keys=n, dataset="dense", n_slices=N_SLICES, seed=1, routers_per_node=routers)
     tb.enforce(generate(kind, machine, tb.n_slices, seed=0))
-    row = tb.run("ycsb-c", seconds, seed=1 + rep, run_index=rep)
-    res = tb.last_result
-    return {"qps": row["throughput_qps"], "batches_per_query": res["batches"] / res["completed"]}
+    spec = {"distribution": distribution} if distribution else {}
+    res = tb.rt.run("ycsb-c", seconds, seed=1 + rep, **spec)  # the runtime's own result: no snapshot row of another workload
+    return {"qps": res["throughput"], "batches_per_query": res["batches"] / res["completed"]}
 
 
 def main() -> None:
@@ -57,20 +57,23 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--distribution", choices=["zipf", "uniform"], default=None,
+                    help="key distribution of the lookups (default: ycsb-c's Zipf 0.99); uniform sends no router to a hot queue")
     ap.add_argument("--tag", default="", help="suffix of the record names (e.g. 16cpu)")
     args = ap.parse_args()
     host = discover(name="localhost")
     alone = statistics.median(router_alone_ns(args.keys, args.seconds) for _ in range(args.reps))
-    suffix = f"_{args.tag}" if args.tag else ""
+    suffix = (f"_{args.distribution}" if args.distribution == "uniform" else "") + (f"_{args.tag}" if args.tag else "")
+    keys = "uniform keys" if args.distribution == "uniform" else "Zipf 0.99"
     for routers in args.routers:
         machine = Machine.model_validate({**host.model_dump(), "reserved_cpus": default_reserved(host.cpus, host.numa_nodes, routers)})
         for kind in args.kinds.split(","):
-            runs = [run(machine, kind, routers, args.keys, args.seconds, rep) for rep in range(args.reps)]
+            runs = [run(machine, kind, routers, args.keys, args.seconds, rep, args.distribution) for rep in range(args.reps)]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
             per_query = routers * machine.numa_nodes / med["qps"] * 1e9
             write_record(
                 f"dispatch_{kind.replace('-', '_')}_{routers}r{suffix}",
-                f"ycsb-c closed loop, {machine.n_workers} workers + {routers * machine.numa_nodes} router(s) on this host's "
+                f"ycsb-c ({keys}) closed loop, {machine.n_workers} workers + {routers * machine.numa_nodes} router(s) on this host's "
                 f"{len(machine.cpus)} CPUs, {args.keys} dense keys, {N_SLICES} slices, {kind}: routers x 1e9 / throughput "
                 "(a router's ns per query where the routers bound)",
                 per_query, "ns per query", "the router alone (pmoss_bench_tree router: generate and find the slice, no queue)", alone,
