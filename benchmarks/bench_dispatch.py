@@ -29,7 +29,7 @@ from pmoss.bench import write_record
 from pmoss.collect.runtime import library_path
 from pmoss.collect.testbed import Testbed
 from pmoss.collect.topology import discover
-from pmoss.contracts.machine import Machine, default_reserved
+from pmoss.contracts.machine import Machine
 from pmoss.contracts.policies import generate
 
 KINDS = ("sn-spread", "os-default", "sn-numa")
@@ -61,12 +61,11 @@ def main() -> None:
                     help="key distribution of the lookups (default: ycsb-c's Zipf 0.99); uniform sends no router to a hot queue")
     ap.add_argument("--tag", default="", help="suffix of the record names (e.g. 16cpu)")
     args = ap.parse_args()
-    host = discover(name="localhost")
     alone = statistics.median(router_alone_ns(args.keys, args.seconds) for _ in range(args.reps))
     suffix = (f"_{args.distribution}" if args.distribution == "uniform" else "") + (f"_{args.tag}" if args.tag else "")
     keys = "uniform keys" if args.distribution == "uniform" else "Zipf 0.99"
     for routers in args.routers:
-        machine = Machine.model_validate({**host.model_dump(), "reserved_cpus": default_reserved(host.cpus, host.numa_nodes, routers)})
+        machine = discover(name="localhost", routers_per_node=routers)
         for kind in args.kinds.split(","):
             runs = [run(machine, kind, routers, args.keys, args.seconds, rep, args.distribution) for rep in range(args.reps)]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}

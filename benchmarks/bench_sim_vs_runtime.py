@@ -55,7 +55,6 @@ from pmoss.bench import write_record
 from pmoss.collect.runtime import Runtime, library_path
 from pmoss.collect.testbed import Testbed
 from pmoss.collect.topology import discover
-from pmoss.contracts.machine import Machine, default_reserved
 from pmoss.contracts.policies import generate
 from pmoss.contracts.schedule import ONE_CORE_KINDS
 from pmoss.contracts.workload import get_workload
@@ -226,9 +225,7 @@ def main() -> None:
     ap.add_argument("--routers", type=int, default=1, help="routers per node of the measured runs (a host with many workers needs several to keep them busy)")
     ap.add_argument("--tag", default="", help="suffix of the record names (another host's records beside this one's, e.g. 16cpu)")
     args = ap.parse_args()
-    machine = discover(name="localhost")
-    if args.routers != 1:  # the descriptor reserves the CPUs the runtime gives its routers
-        machine = Machine.model_validate({**machine.model_dump(), "reserved_cpus": default_reserved(machine.cpus, machine.numa_nodes, args.routers)})
+    machine = discover(name="localhost", routers_per_node=args.routers)
     suffix = f"_{args.tag}" if args.tag else ""
     share = "" if machine.reserved_cpus else " shared"
     layout = f"{machine.n_workers} workers + {args.routers * machine.numa_nodes} router(s) on this host's {len(machine.cpus)}{share} CPUs"

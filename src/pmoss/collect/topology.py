@@ -106,8 +106,9 @@ def _freq_ghz(sys: Path, root: Path, cpu: int) -> tuple[float, bool]:
     return DEFAULT_FREQ_GHZ, False
 
 
-def discover(root: Path = Path("/"), name: str | None = None) -> Machine:
-    """Build a descriptor from `root`/sys and `root`/proc."""
+def discover(root: Path = Path("/"), name: str | None = None, routers_per_node: int = 1) -> Machine:
+    """Build a descriptor from `root`/sys and `root`/proc; it reserves the CPUs a runtime with
+    `routers_per_node` routers per node gives its routers and sweeper (default_reserved)."""
     root = Path(root)
     sys = root / "sys"
     cpus = parse_cpulist(_read(sys / "devices/system/cpu/online"))
@@ -153,7 +154,7 @@ def discover(root: Path = Path("/"), name: str | None = None) -> Machine:
         distance=distance,
         distance_unit="slit",
         freq_ghz=freq,
-        reserved_cpus=default_reserved(rows, n_nodes),
+        reserved_cpus=default_reserved(rows, n_nodes, routers_per_node),
     )
 
 
