@@ -61,6 +61,8 @@ def main() -> None:
                     help="key distribution of the lookups (default: ycsb-c's Zipf 0.99); uniform sends no router to a hot queue")
     ap.add_argument("--tag", default="", help="suffix of the record names (e.g. 16cpu)")
     args = ap.parse_args()
+    if min(args.routers) < 1:
+        ap.error(f"--routers: every count must be at least 1, got {min(args.routers)}")
     alone = statistics.median(router_alone_ns(args.keys, args.seconds) for _ in range(args.reps))
     suffix = (f"_{args.distribution}" if args.distribution == "uniform" else "") + (f"_{args.tag}" if args.tag else "")
     keys = "uniform keys" if args.distribution == "uniform" else "Zipf 0.99"

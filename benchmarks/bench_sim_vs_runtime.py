@@ -225,6 +225,8 @@ def main() -> None:
     ap.add_argument("--routers", type=int, default=1, help="routers per node of the measured runs (a host with many workers needs several to keep them busy)")
     ap.add_argument("--tag", default="", help="suffix of the record names (another host's records beside this one's, e.g. 16cpu)")
     args = ap.parse_args()
+    if args.routers < 1:
+        ap.error(f"--routers: must be at least 1, got {args.routers}")
     machine = discover(name="localhost", routers_per_node=args.routers)
     suffix = f"_{args.tag}" if args.tag else ""
     share = "" if machine.reserved_cpus else " shared"
