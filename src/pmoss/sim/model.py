@@ -211,10 +211,12 @@ class _Loads:
         self.per_group = lambda v: np.bincount(key, v.ravel(), B * Gx).reshape(B, Gx)  # [B, N] -> [B, Gx]
         per_thread = lambda v: self.per_group(prof.share * v) @ member  # [B, W] ns per workload query
         self.comp, self.fixed = per_thread(d.comp_ns), per_thread(d.fixed_ns)
-        # memory-latency weight per group and (core node, memory node) pair: [B, Gx, M*M]
-        ep = (p[..., None] * d.mem_dep[..., None, None] * pl.E[..., :, None] * pl.P[..., None, :])
-        ekey = (key.reshape(B, -1)[..., None] * M * M + np.arange(M * M)).ravel()
-        self.mem_g = np.bincount(ekey, ep.ravel(), B * Gx * M * M).reshape(B, Gx, M * M)
+        # memory-latency weight per group and memory node [B, Gx, M]; a group runs its queries on
+        # each node in the fixed shares hw.groups.E (placement.from_groups), so the weight of a
+        # (core node, memory node) pair is E[g] x this: O(N M) per episode, not O(N M^2)
+        mkey = (key.reshape(B, -1)[..., None] * M + np.arange(M)).ravel()
+        self.mem_g = np.bincount(mkey, (p * d.mem_dep[..., None] * pl.P).ravel(), B * Gx * M).reshape(B, Gx, M)
+        self.group_E = hw.groups.E  # [Gx, Mcore]
         self.member = member
         cal = hw.calibration
         # per-batch cost per query of each slice [B, N] and per thread [B, W] (0 without batch_ns)
@@ -226,8 +228,8 @@ class _Loads:
 
     def mem_thread(self, lat: np.ndarray) -> np.ndarray:
         """Memory stall per thread and workload query [B, W] at latencies lat [B, Mcore, Mmem]."""
-        B = lat.shape[0]
-        return (self.mem_g @ lat.reshape(B, -1, 1))[..., 0] @ self.member
+        per_core_node = self.mem_g @ lat.transpose(0, 2, 1)  # [B, Gx, Mcore]
+        return (per_core_node * self.group_E).sum(-1) @ self.member
 
 
 def loaded_latency(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

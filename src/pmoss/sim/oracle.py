@@ -177,10 +177,15 @@ def _capped(hw: HW, share: np.ndarray, n: int, rng: np.random.Generator) -> np.n
     g = groups_of(hw.machine)
     load = share * hw.n_workers  # [N] in fair shares
     per = g.member / g.size[:, None]  # [G, W] a slice's share on each member
+    inv = 1.0 / g.size  # [G] the share on each member of g
+    # busiest member per group by a segment max over the memberships (group-major), not a [G, W]
+    # mask per slice: every member gets the same 1/|g|, so max(wload) + that is the busiest after, bit for bit
+    of_group, members = np.nonzero(g.member)
+    segment = np.flatnonzero(np.r_[True, of_group[1:] != of_group[:-1]])
     wload = np.zeros((n, hw.n_workers))
     out = np.zeros((n, n_slices), dtype=np.int64)
     for t in range(n_slices):
-        after = np.where(g.member[None], wload[:, None, :] + load[t] * per[None], 0).max(-1)  # [n, G]
+        after = np.maximum.reduceat(wload[:, members], segment, axis=1) + load[t] * inv  # [n, G]
         ok = after <= LOAD_CAP + 1e-9
         ok = np.where(ok.any(1, keepdims=True), ok, after <= after.min(1, keepdims=True) * (1 + 1e-9))
         pick = np.array([rng.choice(np.flatnonzero(r)) for r in ok], dtype=np.int64)
