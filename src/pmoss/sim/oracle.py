@@ -43,7 +43,7 @@ RANDOM_SHARE = 0.25  # share of the budget spent on extra random starts (cheap, 
 PROPOSALS = 32  # neighbours scored per round (one model call)
 T_START, T_END = 0.02, 0.0005  # annealing temperature, as a fraction of the current throughput
 CAPPED_STARTS = 32  # group space: random starts drawn under a load cap (see _capped)
-SCORE_CELLS = 1 << 27  # schedule x slice x worker cells per model call (~2 GB): bounds a search's memory on big machines
+SCORE_CELLS = 1 << 27  # schedule x slice x worker cells per model call (~120 MB at ~1 B a cell): bounds a search's memory on big machines
 BUDGET_BASE, BUDGET_PER_WORKER = 2000, 10  # default evaluations: 2,000 on the demo machines, ~5,000 at 300 threads
 
 
@@ -137,9 +137,10 @@ def _schedule(inp: Inputs, groups: np.ndarray, kind: Kind, seed: int, budget: in
 
 def _score(inp: Inputs, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Noise-free throughput [B] and per-thread utilisation [B, W] of candidate schedules [B, N],
-    in chunks of at most SCORE_CELLS (schedule x slice x worker) cells: the model's per-call memory
-    is ~16 B a cell, so the first batch (the starts and ~a quarter of the budget as random
-    schedules) of a 2,048-slice search on 1,024 workers was ~46 GB in one call. Rows are
+    in chunks of at most SCORE_CELLS (schedule x slice x worker) cells. The model's per-call memory
+    grew with the cells: ~16 B a cell once, when the first batch (the starts and ~a quarter of the
+    budget as random schedules) of a 2,048-slice search on 1,024 workers was ~46 GB in one call;
+    ~1 B a cell since the memory weights are kept per memory node (6.5 B before that). Rows are
     independent, so the chunking changes no score."""
     W = inp.machine.n_workers
     hw = hw_for(inp.machine, inp.calibration)
