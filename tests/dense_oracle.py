@@ -1,7 +1,7 @@
-"""A frozen copy of the oracle's two dense parts before they were made linear in the machine
-(issue #39): `_capped`'s busiest member of every group by a [starts, G, W] mask per slice, and
-the model's memory-latency weights per (group, core node, memory node), a bincount over
-[B, N, M, M]. The reference tests/test_sim_oracle.py compares today's code against, and the
+"""A frozen copy of the oracle's dense parts before they were made linear in the machine
+(issue #39): `_capped`'s busiest member of every group by a [starts, G, W] mask per slice, the
+model's memory-latency weights per (group, core node, memory node), a bincount over
+[B, N, M, M], and its per-group -> per-thread sums as dense [B, G, W] products. The reference tests/test_sim_oracle.py compares today's code against, and the
 baseline benchmarks/bench_oracle.py times in the same run. Not used by the package; do not "fix" it."""
 
 from __future__ import annotations
@@ -38,12 +38,17 @@ def dense_capped(hw: HW, share: np.ndarray, n: int, rng: np.random.Generator) ->
 
 
 class DenseLoads(model._Loads):
-    """_Loads with the memory-latency weights per (group, core node, memory node) pair, [B, Gx, M*M]."""
+    """_Loads with the memory-latency weights per (group, core node, memory node) pair, [B, Gx, M*M],
+    and every per-group -> per-thread sum a dense [B, Gx] @ [Gx, W] product."""
 
     def __init__(self, hw, prof, pl, d, done=None):
         super().__init__(hw, prof, pl, d, done)
+        self.member = member = hw.groups.member
+        self.comp, self.fixed = (self.per_group(prof.share * v) @ member for v in (d.comp_ns, d.fixed_ns))
+        if hw.calibration is not None and hw.calibration.batch_ns is not None:
+            self.batch_thread_ns = self.per_group(self.batch_slice_ns * prof.share) @ member
         B, N = pl.exec_group.shape
-        M, Gx = hw.n_nodes, self.member.shape[0]
+        M, Gx = hw.n_nodes, member.shape[0]
         p = (prof.share[None, :] * (1.0 if done is None else done))[..., None]
         key = (pl.exec_group + Gx * np.arange(B)[:, None]).ravel()
         ep = p[..., None] * d.mem_dep[..., None, None] * pl.E[..., :, None] * pl.P[..., None, :]

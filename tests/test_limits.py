@@ -199,23 +199,29 @@ def test_memory_estimates_stay_above_measured_peaks():
 
 
 def test_memory_estimate_grows_with_the_machine():
-    """Per episode the simulator's state grows with the square of the machine: on the 1,024-worker
-    large-2s-16n an episode took 2-4 MB whatever its slices (issue #39), 4-12x what a machine-blind
-    price per episode-slice gave. The estimate's growth from 4 to 36 episodes must cover the
-    measured growth (the first call's tables excluded)."""
+    """Per episode the simulator's state grows with the machine: [B, W] per-thread and [B, G]
+    per-group arrays (linear in the machine since issue #39's oracle work; it was the square, 2-4 MB
+    an episode on the 1,024-worker large-2s-16n). The estimate's growth from 4 to 36 episodes must
+    cover the measured growth on that machine, and its per-worker term the measured difference to
+    a 168-worker one at the same slices (each machine's first call, its tables, excluded)."""
     from pmoss.contracts.limits import sim_bytes
 
-    m = load_sim_machine(str(Path(__file__).resolve().parent.parent / "datasets/machines/large-2s-16n.yaml"))
-    peaks = {}
-    for eps in (4, 36):
-        schedules = [generate("sn-random", m, 64, seed=i) for i in range(eps)]
-        tracemalloc.start()
-        simulate_batch(m, "ycsb-e", "dense", schedules, seeds=list(range(eps)), n_records=123_461 + eps)
-        peaks[eps] = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    grown, priced = peaks[36] - peaks[4], sim_bytes(36, 64, m.n_workers) - sim_bytes(4, 64, m.n_workers)
-    assert grown < priced, (grown, priced)
-    assert grown > sim_bytes(36, 64, 0) - sim_bytes(4, 64, 0), "the machine-blind price covers it: this test no longer checks the per-worker term"
+    grown, priced = {}, {}
+    for ref in ("intel-skx-4s", str(Path(__file__).resolve().parent.parent / "datasets/machines/large-2s-16n.yaml")):
+        m = load_sim_machine(ref)
+        simulate_batch(m, "ycsb-e", "dense", [generate("sn-random", m, 64, seed=0)], seeds=[0], n_records=123_461)
+        peaks = {}
+        for eps in (4, 36):
+            schedules = [generate("sn-random", m, 64, seed=i) for i in range(eps)]
+            tracemalloc.start()
+            simulate_batch(m, "ycsb-e", "dense", schedules, seeds=list(range(eps)), n_records=123_461 + eps)
+            peaks[eps] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        grown[m.n_workers], priced[m.n_workers] = peaks[36] - peaks[4], sim_bytes(36, 64, m.n_workers) - sim_bytes(4, 64, m.n_workers)
+        assert grown[m.n_workers] < priced[m.n_workers], (m.name, grown, priced)
+    assert grown[1024] - grown[168] > 0, "the state no longer grows with the machine: drop the per-worker term"
+    assert grown[1024] - grown[168] < priced[1024] - priced[168], (grown, priced)
+
 
 # ---- item 8: policy names -------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["os-default", "sn-hot", "oracle", "mask-only"])

@@ -29,7 +29,7 @@ MAX_NODES = 1 << 10  # NUMA nodes and sockets (Linux's MAX_NUMNODES, NODES_SHIFT
 # simulator fails there rather than in a user's run.
 SIM_BYTES_PER_SLICE = 256 << 10  # a simulator call's per-slice tables, whatever its batch
 SIM_BYTES_PER_EPISODE_SLICE = 4096  # one episode's slice inside one vectorised simulator call ...
-SIM_BYTES_PER_EPISODE_WORKER_PAIR = 6  # ... and the episode's per-worker state, which grows with the square of the machine
+SIM_BYTES_PER_EPISODE_WORKER = 1024  # ... and the episode's per-worker and per-group state (~300 B a worker measured on 1,024 workers)
 PLAN_BYTES_PER_EPISODE = 8192  # a planned episode (its spec and schedule) held until it runs ...
 PLAN_BYTES_PER_SLICE = 32  # ... plus this per slice of its schedule
 
@@ -80,4 +80,4 @@ def require_memory(need: float, where: str, what: str, fix: str) -> None:
 
 def sim_bytes(episodes: int, n_slices: int, n_workers: int) -> int:
     """Peak memory of one simulator call on `episodes` schedules of `n_slices` slices on a machine of `n_workers` workers."""
-    return n_slices * SIM_BYTES_PER_SLICE + episodes * (n_slices * SIM_BYTES_PER_EPISODE_SLICE + SIM_BYTES_PER_EPISODE_WORKER_PAIR * n_workers**2)
+    return n_slices * SIM_BYTES_PER_SLICE + episodes * (n_slices * SIM_BYTES_PER_EPISODE_SLICE + SIM_BYTES_PER_EPISODE_WORKER * n_workers)

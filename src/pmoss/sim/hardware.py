@@ -293,10 +293,18 @@ class ExecGroups:
     l3: np.ndarray  # [G+1] L3 cache-group id
     E: np.ndarray  # [G+1, M] share of its queries executed per node
     n_cache_groups: int
+    pair_group: np.ndarray  # [S] the group of each (group, worker) membership, worker-major
+    pair_weight: np.ndarray  # [S] its 1/|g|
+    worker_start: np.ndarray  # [W] first membership of each worker
 
     @property
     def every_worker(self) -> int:
         return self.node.size - 1
+
+    def to_threads(self, per_group: np.ndarray) -> np.ndarray:
+        """[..., G+1] what each group carries -> [..., W] what each thread carries (per_group @ member)
+        over the S memberships: O(S) instead of O(G W); equal up to float rounding."""
+        return np.add.reduceat(per_group[..., self.pair_group] * self.pair_weight, self.worker_start, axis=-1)
 
 
 def _exec_groups(m: Machine, node: np.ndarray, domain: np.ndarray, core: np.ndarray) -> ExecGroups:
@@ -310,10 +318,12 @@ def _exec_groups(m: Machine, node: np.ndarray, domain: np.ndarray, core: np.ndar
     ids = offset + np.arange(member.shape[0])
     first = member.argmax(1)
     E = np.vstack([np.eye(M)[g.node], np.bincount(node, minlength=M)[None] / W])
+    pair_worker, pair_group = np.nonzero(member.T)  # worker-major; every worker is in its own thread group
     return ExecGroups(
         member=member / size[:, None], node=np.append(g.node, -1), size=size, span=span.astype(float),
         l2=np.where(one_core, core[first], ids), l3=np.where(span == 1, domain[first], ids), E=E,
-        n_cache_groups=int(ids[-1]) + 1,
+        n_cache_groups=int(ids[-1]) + 1, pair_group=pair_group, pair_weight=1.0 / size[pair_group],
+        worker_start=np.flatnonzero(np.r_[True, pair_worker[1:] != pair_worker[:-1]]),
     )  # fmt: skip
 
 

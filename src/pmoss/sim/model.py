@@ -209,27 +209,30 @@ class _Loads:
         self.local = np.einsum("bnm,bnm->bn", pl.E, pl.P)  # [B, N]
         key = (pl.exec_group + Gx * np.arange(B)[:, None]).ravel()  # [B*N] group of each slice
         self.per_group = lambda v: np.bincount(key, v.ravel(), B * Gx).reshape(B, Gx)  # [B, N] -> [B, Gx]
-        per_thread = lambda v: self.per_group(prof.share * v) @ member  # [B, W] ns per workload query
+        per_thread = lambda v: hw.groups.to_threads(self.per_group(prof.share * v))  # [B, W] ns per workload query
         self.comp, self.fixed = per_thread(d.comp_ns), per_thread(d.fixed_ns)
         # memory-latency weight per group and memory node [B, Gx, M]; a group runs its queries on
-        # each node in the fixed shares hw.groups.E (placement.from_groups), so the weight of a
-        # (core node, memory node) pair is E[g] x this: O(N M) per episode, not O(N M^2)
+        # each node in the fixed shares hw.groups.E (placement.from_groups: one node for every
+        # candidate group), so the weight of a (core node, memory node) pair is E[g] x this: O(N M)
+        # per episode, not O(N M^2)
         mkey = (key.reshape(B, -1)[..., None] * M + np.arange(M)).ravel()
         self.mem_g = np.bincount(mkey, (p * d.mem_dep[..., None] * pl.P).ravel(), B * Gx * M).reshape(B, Gx, M)
-        self.group_E = hw.groups.E  # [Gx, Mcore]
-        self.member = member
+        self.groups = hw.groups
         cal = hw.calibration
         # per-batch cost per query of each slice [B, N] and per thread [B, W] (0 without batch_ns)
         if cal is None or cal.batch_ns is None:
             self.batch_slice_ns, self.batch_thread_ns = np.zeros(pl.exec_group.shape), np.zeros(self.comp.shape)
         else:
             self.batch_slice_ns = cal.batch_ns * batches_per_query(prof.share, pl, member, cal.batch_queries, cal.queue_capacity)
-            self.batch_thread_ns = self.per_group(self.batch_slice_ns * prof.share) @ member
+            self.batch_thread_ns = hw.groups.to_threads(self.per_group(self.batch_slice_ns * prof.share))
 
     def mem_thread(self, lat: np.ndarray) -> np.ndarray:
         """Memory stall per thread and workload query [B, W] at latencies lat [B, Mcore, Mmem]."""
-        per_core_node = self.mem_g @ lat.transpose(0, 2, 1)  # [B, Gx, Mcore]
-        return (per_core_node * self.group_E).sum(-1) @ self.member
+        g = self.groups
+        # a candidate group runs on its one node: its row of lat; the every-worker group on all of them
+        per_group = np.einsum("bgj,bgj->bg", self.mem_g, lat[:, np.maximum(g.node, 0), :])  # [B, Gx]
+        per_group[:, g.every_worker] = np.einsum("bj,bij,i->b", self.mem_g[:, g.every_worker], lat, g.E[g.every_worker])
+        return g.to_threads(per_group)
 
 
 def loaded_latency(hw: HW, ld: _Loads, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
