@@ -1,7 +1,7 @@
 """The group oracle's search on a 1,024-worker machine, against the search before issue #39's
-oracle work (tests/dense_oracle.py: the capped starts' [starts, G, W] mask per slice and the
-model's [B, N, M, M] memory weights) in the same run, and the same pair on the demo's evaluation
-machine. Same schedule found (checked here), source=sim.
+oracle work (tests/dense_oracle.py: the capped starts' [starts, G, W] mask per slice, the
+model's [B, N, M, M] memory weights and its dense [B, G] @ [G, W] sums) in the same run, and the
+same pair on the demo's evaluation machine. Same schedule found (checked here), source=sim.
 
     .venv/bin/python benchmarks/bench_oracle.py [--slices 512] [--budget N] [--workload ycsb-c]
 

@@ -118,9 +118,10 @@ def test_capped_starts_match_the_dense_form(name):
                                             ("datasets/machines/large-2s-16n.yaml", "ycsb-a")])  # fmt: skip
 def test_memory_weights_per_group_match_the_dense_form(name, workload):
     """The model keeps a group's memory-latency weight per memory node and multiplies in the
-    group's fixed execution shares (O(N M) per episode, not O(N M^2)): throughput and utilisation
-    equal the dense (group, core node, memory node) form up to float rounding, for every kind of
-    baseline (any-worker groups spread over all nodes included), under both runtimes' calibrations."""
+    group's fixed execution shares (O(N M) per episode, not O(N M^2)) and sums per-group loads over
+    the memberships instead of a [G, W] product: throughput equals the dense form (tests/dense_oracle.py)
+    up to float rounding, for every kind of baseline (any-worker groups spread over all nodes
+    included), under both runtimes' calibrations."""
     from dense_oracle import before_issue_39
 
     from pmoss.contracts.schedule import ONE_CORE_KINDS, SHARED_KINDS
