@@ -1,0 +1,121 @@
+"""What one training run's luck is worth: a policy trained with several seeds vs mask-only with
+several initialisations, on validation cells (research harness, source=sim; issue #41).
+
+A demo figure of a trained policy is one draw: the same data and config with another seed (or the
+same seed after a float-rounding change in the data) moves its geo-mean by a few hundredths and a
+cell by up to 0.3 (docs/benchmarks-model.md, "The demo"). This trains `--seeds` policies on one
+tokenised dataset (`pmoss train ... --seed s`, the CLI a user runs; MLflow runs go to a store under
+--work, not the project's), builds as many mask-only controls (the first policy's network
+untrained, initialised with seed s, under the same masks), measures every one greedily in every
+cell of each --val set (`evaluate.evaluate_cells`, the evaluation's harness; no oracle) and reports,
+per set, each policy's geo-mean over the cell's best baseline, the medians and ranges over seeds,
+and in how many of the seed x initialisation pairs the trained policy is above mask-only.
+
+The sets must be validation sets (datasets/pools/val-*.yaml): their seeds are not the evaluation's,
+so nothing here reads an evaluation seed.
+
+    python benchmarks/seed_spread.py datasets/offline --val datasets/pools/val-tiny.yaml \
+        --val datasets/pools/val-generated.yaml [--seeds 5] [--max-steps 300] [--tag demo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from pmoss.bench import write_record
+from pmoss.evaluate import EVAL_SEED_BASE, EvalConfig, evaluate_cells
+from pmoss.learn.bundle import load_bundle, untrained_like
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def train(data: Path, out: Path, config: Path, steps: int, seed: int, work: Path) -> float:
+    """`pmoss train` one policy (skipped when out/model.pt exists) -> wall seconds."""
+    if (out / "model.pt").exists():
+        return 0.0
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+    pmoss = Path(sys.executable).with_name("pmoss")
+    t0 = time.perf_counter()
+    subprocess.run([str(pmoss), "train", str(data), "--output", str(out), "--config", str(config), "--max-steps", str(steps),
+                    "--seed", str(seed), "--quiet"], check=True, env=env)  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def geo(xs: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(xs))))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data", type=Path, help="tokenised dataset (pmoss dataset build), e.g. the demo's datasets/offline")
+    ap.add_argument("--val", type=Path, action="append", required=True, help="a validation set (repeatable)")
+    ap.add_argument("--seeds", type=int, default=5, help="training seeds and mask-only initialisations, 0..N-1 (default 5)")
+    ap.add_argument("--config", type=Path, default=ROOT / "training/dt-tiny.yaml", help="training config (default: the demo's dt-tiny)")
+    ap.add_argument("--max-steps", type=int, default=300, help="training steps (default 300, the demo's pretrain.max_steps)")
+    ap.add_argument("--work", type=Path, default=Path("seed-spread"), help="where the policies and their MLflow store go (reused: a trained seed is not retrained)")
+    ap.add_argument("--tag", default="demo", help="record name suffix: benchmarks/results/seed_spread_TAG.json")
+    ap.add_argument("--out", type=Path, help="write the result here instead of the record (a trial run)")
+    a = ap.parse_args()
+
+    sets = {}
+    for path in a.val:
+        raw = yaml.safe_load(path.read_text())
+        if raw.get("seed_base", EVAL_SEED_BASE) == EVAL_SEED_BASE:
+            ap.error(f"{path}: seed_base is the evaluation's ({EVAL_SEED_BASE}); pass a validation set")
+        sets[path.name] = EvalConfig.model_validate({**raw, "oracle": False})
+    a.work.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(a.seeds))
+    train_s = {}
+    for s in seeds:
+        print(f"seed_spread: training seed {s} ({a.max_steps} steps)", flush=True)
+        train_s[s] = train(a.data, a.work / f"policy-s{s}", a.config, a.max_steps, s, a.work)
+    policies = {f"policy-s{s}": load_bundle(a.work / f"policy-s{s}") for s in seeds}
+    masks = {f"mask-only-s{s}": untrained_like(policies["policy-s0"], seed=s) for s in seeds}
+    bundles = {**policies, **masks}
+
+    report: dict[str, dict] = {}
+    for name, cfg in sets.items():
+        print(f"seed_spread: measuring {len(bundles)} policies on {name}", flush=True)
+        cells = evaluate_cells(cfg, bundles, progress=False)
+        ratios = {b: [c[b] / max(c[k] for k in cfg.baselines) for c in cells.values()] for b in bundles}
+        g = {b: geo(r) for b, r in ratios.items()}
+        pol, msk = [g[f"policy-s{s}"] for s in seeds], [g[f"mask-only-s{s}"] for s in seeds]
+        report[name] = {
+            "cells": list(cells), "per_cell_ratio": ratios, "geo_mean": g,
+            "policy_median": statistics.median(pol), "policy_range": [min(pol), max(pol)],
+            "mask_only_median": statistics.median(msk), "mask_only_range": [min(msk), max(msk)],
+            "policy_above_mask_pairs": sum(p > m for p in pol for m in msk), "pairs": len(pol) * len(msk),
+            "policy_min_cell": {b: min(ratios[b]) for b in policies},
+        }  # fmt: skip
+        r = report[name]
+        print(f"{name}: policy median {r['policy_median']:.3f} ({r['policy_range'][0]:.3f}-{r['policy_range'][1]:.3f}), "
+              f"mask-only median {r['mask_only_median']:.3f} ({r['mask_only_range'][0]:.3f}-{r['mask_only_range'][1]:.3f}), "
+              f"policy above mask-only in {r['policy_above_mask_pairs']} of {r['pairs']} pairs", flush=True)  # fmt: skip
+
+    pol_all = [geo([report[n]["geo_mean"][f"policy-s{s}"] for n in sets]) for s in seeds]
+    msk_all = [geo([report[n]["geo_mean"][f"mask-only-s{s}"] for n in sets]) for s in seeds]
+    record = dict(
+        name=f"seed_spread_{a.tag}", metric=f"source=sim: geo-mean over the validation sets ({', '.join(sets)}) of a policy's throughput over the "
+        f"cell's best baseline, median over {len(seeds)} training seeds ({a.config.name}, {a.max_steps} steps, data {a.data})",
+        value=statistics.median(pol_all), unit="x best baseline",
+        baseline=f"mask-only (the first policy's network untrained), median over {len(seeds)} initialisations",
+        baseline_value=statistics.median(msk_all), policy_per_seed=pol_all, mask_only_per_init=msk_all, train_s=train_s, sets=report,
+    )  # fmt: skip
+    if a.out:
+        a.out.write_text(json.dumps(record, indent=1) + "\n")
+    else:
+        write_record(**record)
+
+
+if __name__ == "__main__":
+    main()

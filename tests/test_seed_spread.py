@@ -1,0 +1,62 @@
+"""benchmarks/seed_spread.py: policies of several training seeds vs mask-only of as many
+initialisations, on validation sets only."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pmoss.collect.plan import load_pool
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "seed_spread.py"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    from pmoss.collect.driver import collect
+    from pmoss.data.dataset import build
+
+    tmp = tmp_path_factory.mktemp("spread")
+    (tmp / "pool.yaml").write_text("name: t\nmachines: [intel-skx-4s]\nworkloads: [ycsb-c]\nepisodes_per_cell: 4\nn_slices: 8\n")
+    collect(load_pool(tmp / "pool.yaml"), tmp / "raw", progress=False)
+    build([tmp / "raw"], tmp / "ds", 0.0, 0.0)
+    return tmp / "ds"
+
+
+def _val(path: Path, seed_base: int) -> Path:
+    path.write_text(f"machines: [intel-skx-4s]\nworkloads: [ycsb-c]\nn_slices: 8\nruns: 1\nseed_base: {seed_base}\n")
+    return path
+
+
+def test_seeds_and_inits_measured_on_a_validation_set(dataset, tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text("model: {n_layer: 1, n_head: 1, n_embd: 16, group_hidden: 8, dropout: 0.0}\nmax_steps: 2\nbatch_size: 2\n"
+                      "lr: 0.001\nwarmup: 1\nval_every: 100\nseed: 0\n")  # fmt: skip
+    out = tmp_path / "spread.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), str(dataset), "--val", str(_val(tmp_path / "val.yaml", 3000017)), "--seeds", "2",
+                        "--config", str(config), "--max-steps", "3", "--work", str(tmp_path / "work"), "--out", str(out)],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = json.loads(out.read_text())
+    res = rec["sets"]["val.yaml"]
+    assert set(res["geo_mean"]) == {"policy-s0", "policy-s1", "mask-only-s0", "mask-only-s1"}
+    assert res["pairs"] == 4 and 0 <= res["policy_above_mask_pairs"] <= 4
+    assert all(v > 0 for v in res["geo_mean"].values())
+    assert rec["value"] == pytest.approx(sorted(rec["policy_per_seed"])[0] / 2 + sorted(rec["policy_per_seed"])[1] / 2)
+    # two seeds are two trainings, not one model under two names
+    import torch
+
+    from pmoss.learn.bundle import load_bundle
+
+    w = [load_bundle(tmp_path / "work" / f"policy-s{s}").state_dict for s in (0, 1)]
+    assert any(not torch.equal(w[0][k], w[1][k]) for k in w[0])
+
+
+def test_an_evaluation_set_is_refused(dataset, tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), str(dataset), "--val", str(_val(tmp_path / "eval.yaml", 1000003)), "--work", str(tmp_path / "w")],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
+    assert r.returncode == 2 and "eval.yaml" in r.stderr and "validation" in r.stderr
+    assert not (tmp_path / "w").exists()  # refused before anything is trained
