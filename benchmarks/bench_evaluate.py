@@ -2,7 +2,8 @@
 
 One cell as `evaluate_cells` runs it: the group oracle's search (its budget scales with the
 machine), the running schedule's snapshot and every baseline, each served policy's proposal
-(dt-base greedy, dt-critic best-of-K + critic as `candidate` serves, mask-only), then one batched
+(dt-base greedy, dt-critic best-of-K + critic as `candidate` serves, mask-only's MASK_INITS
+initialisations), then one batched
 simulator call measuring all of them over the evaluation seeds. The baseline, in the same run: the
 same cell on the demo's evaluation machine (amd-milan-nps4, 128 slices). Models: the demo's
 `models/base` and `models/dt-critic` (`make demo` writes them) or any bundles given.
@@ -18,8 +19,8 @@ import time
 from pathlib import Path
 
 from pmoss.bench import write_record
-from pmoss.evaluate import MASK_CONTROL, EvalConfig, cell_baselines, cell_config, cell_oracle, cell_snapshot, measure, policy_specs
-from pmoss.learn.bundle import load_bundle, untrained_like
+from pmoss.evaluate import MASK_INITS, EvalConfig, cell_baselines, cell_config, cell_oracle, cell_snapshot, mask_inits_of, measure, policy_specs
+from pmoss.learn.bundle import load_bundle
 from pmoss.learn.rollout import propose
 from pmoss.sim import load_sim_machine
 
@@ -63,7 +64,7 @@ def main() -> None:
         return  # `make bench` on a fresh clone runs every benchmark
     specs = policy_specs(args.model or [f"dt-base={ROOT / 'models/base'}", f"dt-critic={ROOT / 'models/dt-critic'}"])
     bundles = {name: load_bundle(path) for name, path in specs.items()}
-    bundles[MASK_CONTROL] = untrained_like(next(iter(bundles.values())))
+    bundles |= mask_inits_of(next(iter(bundles.values())), MASK_INITS)
     common = {"workloads": [args.workload], "runs": args.runs, "oracle": True}
     small = one_cell("amd-milan-nps4", args.workload, bundles, EvalConfig(machines=["amd-milan-nps4"], n_slices=128, **common))
     large = one_cell(str(ROOT / LARGE), args.workload, bundles, EvalConfig(machines=[str(ROOT / LARGE)], slices_per_worker=args.slices_per_worker, **common))

@@ -110,3 +110,26 @@ def test_served_picks_are_counted_per_policy():
     head, detail = summarise(cells, ["dt", "plain"], ["os-default"], served)
     assert head["dt"]["own_picks"] == 1 and head["plain"]["own_picks"] == 3
     assert detail["cells"]["m|b"]["dt_pick"] == "heuristic"
+
+
+def test_mask_only_is_the_median_over_its_initialisations(tmp_path):
+    """One untrained network is one draw: mask-only is each cell's median over MASK_INITS of them,
+    and the headline keeps their range and seed 0's own figure (the single control of before)."""
+    from pmoss.evaluate import MASK_CONTROL, MASK_INITS, fold_mask_inits, mask_inits_of, summarise
+
+    controls = mask_inits_of(_bundle(tmp_path), MASK_INITS)
+    assert list(controls) == [f"mask-only-s{s}" for s in range(MASK_INITS)]
+    first = [v for v in controls.values()][:2]
+    assert any(not torch.equal(first[0].state_dict[k], first[1].state_dict[k]) for k in first[0].state_dict)  # different draws
+    cells = {"m|a": {"os-default": 100.0, "dt": 110.0, **{f"mask-only-s{s}": q for s, q in enumerate([90.0, 130.0, 70.0, 100.0, 120.0])}},
+             "m|b": {"os-default": 100.0, "dt": 90.0, **{f"mask-only-s{s}": q for s, q in enumerate([80.0, 85.0, 95.0, 100.0, 105.0])}}}  # fmt: skip
+    served = {c: {n: None for n in tp if n.startswith("mask-only") or n == "dt"} for c, tp in cells.items()}
+    inits = fold_mask_inits(cells, served)
+    assert cells["m|a"][MASK_CONTROL] == 100.0 and cells["m|b"][MASK_CONTROL] == 95.0
+    assert not any(n.startswith("mask-only-s") for tp in cells.values() for n in tp)
+    assert set(served["m|a"]) == {"dt"}  # the median is no one schedule
+    head, detail = summarise(cells, ["dt", MASK_CONTROL], ["os-default"], None, inits)
+    assert head[MASK_CONTROL]["vs_best"] == round((1.0 * 0.95) ** 0.5, 4) and head[MASK_CONTROL]["inits"] == MASK_INITS
+    assert head[MASK_CONTROL]["vs_best_s0"] == round((0.9 * 0.8) ** 0.5, 4)
+    assert head[MASK_CONTROL]["vs_best_min_init"] == round((0.7 * 0.95) ** 0.5, 4) and head[MASK_CONTROL]["vs_best_max_init"] == round((1.2 * 1.05) ** 0.5, 4)
+    assert detail["cells"]["m|a"]["mask-only-s1_vs_best_baseline"] == 1.3 and "inits" not in head["dt"]

@@ -224,7 +224,7 @@ def test_memory_estimate_grows_with_the_machine():
 
 
 # ---- item 8: policy names -------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["os-default", "sn-hot", "oracle", "mask-only"])
+@pytest.mark.parametrize("name", ["os-default", "sn-hot", "oracle", "mask-only", "mask-only-s2"])
 def test_policy_names_must_not_shadow_the_harness(tmp_path, bundle, name):
     """`--model os-default=DIR` ran, and one of the two entries of that name survived in cells.json."""
     (tmp_path / "eval.yaml").write_text(EVAL)

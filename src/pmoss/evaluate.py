@@ -28,6 +28,10 @@ from pmoss.contracts.schedule import ANY_WORKER_KINDS, LOAD_CAP, ONE_CORE_KINDS,
 from pmoss.contracts.workload import DATASETS, WORKLOADS, get_workload
 
 MASK_CONTROL = "mask-only"  # an untrained network under the same inference masks: what the masks alone reach
+# mask-only is the per-cell median over this many initialisations (seeds 0..N-1): one init is one
+# draw, and on the demo's validation cells the five draws spread 0.85-1.27x the best baseline
+# (benchmarks/seed_spread.py, docs/benchmarks-model.md)
+MASK_INITS = 5
 EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values; runs are seeded base + r
 
 
@@ -221,15 +225,39 @@ def pick_of(schedule: Schedule) -> str:
     return "running" if pick == "running" else "heuristic"
 
 
+def mask_inits_of(first: Any, n: int) -> dict[str, Any]:
+    """The mask control's initialisations: `first`'s network untrained with seeds 0..n-1."""
+    from pmoss.learn.bundle import untrained_like
+
+    return {f"{MASK_CONTROL}-s{s}": untrained_like(first, seed=s) for s in range(n)}
+
+
+def fold_mask_inits(cells: dict[str, dict[str, float]], schedules: dict[str, dict[str, Schedule]] | None = None) -> dict[str, dict[str, float]]:
+    """Replace each cell's mask-only-sK entries by MASK_CONTROL, their median throughput (their
+    schedules are dropped: the median is no one schedule). -> {cell: {init name: throughput}}."""
+    inits: dict[str, dict[str, float]] = {}
+    for cell, tp in cells.items():
+        inits[cell] = {n: tp.pop(n) for n in [n for n in tp if n.startswith(f"{MASK_CONTROL}-s")]}
+        if inits[cell]:
+            tp[MASK_CONTROL] = float(np.median(list(inits[cell].values())))
+        for n in inits[cell]:
+            (schedules or {}).get(cell, {}).pop(n, None)
+    return inits
+
+
 def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines: list[str],
-              schedules: dict[str, dict[str, Schedule]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+              schedules: dict[str, dict[str, Schedule]] | None = None,
+              mask_inits: dict[str, dict[str, float]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """(headline, detail). Headline (`metrics.json`, what `dvc metrics show` / `dvc exp show` print):
     per learned policy the geometric means over cells vs the best baseline (`vs_best`, the target),
     vs the best one-core baseline (`vs_one_core`: what one core per slice can express) and vs the
     oracle (the best schedule known for the cell: the search's, or the best baseline where that
     measured higher, named in the detail's `oracle_from`), and how many cells are at or above the
     best baseline (`cells_ge_best`); with the served `schedules`, in how many cells the policy served
-    its own proposal rather than a heuristic or the running schedule (`own_picks`).
+    its own proposal rather than a heuristic or the running schedule (`own_picks`). With
+    `mask_inits` (fold_mask_inits), mask-only's entry also says how many initialisations its median
+    is over (`inits`), the lowest and highest of their own geo-means vs the best baseline, and
+    seed 0's alone (`vs_best_s0`: the single control of evaluations before 2026-11-28).
     Detail (`cells-detail.json`): the same ratios per cell, and each policy's pick (`POLICY_pick`)."""
     one_core = [b for b in baselines if b in ONE_CORE_KINDS]
     detail: dict[str, Any] = {"source": "sim", "cells": {}}
@@ -247,6 +275,8 @@ def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines:
             # pages NUMA balancing spreads, or measurement noise); which one is said per cell
             refs["vs_oracle"] = max(tp["oracle"], best)
             entry["oracle_from"] = "search" if tp["oracle"] >= best else entry["best_baseline"]
+        for n, q in (mask_inits or {}).get(cell, {}).items():
+            entry[f"{n}_vs_best_baseline"] = q / best
         for m in learned:
             for k, ref in refs.items():
                 entry[f"{m}_{k}"] = tp[m] / ref
@@ -261,6 +291,12 @@ def summarise(cells: dict[str, dict[str, float]], learned: list[str], baselines:
         picks = [e[f"{m}_pick"] for e in detail["cells"].values() if f"{m}_pick" in e]
         if picks:
             headline[m][OWN_PICKS] = picks.count("own")
+    names = sorted({n for per in (mask_inits or {}).values() for n in per})
+    if names and MASK_CONTROL in headline:
+        geo = {n: float(np.exp(np.mean([np.log(detail["cells"][c][f"{n}_vs_best_baseline"]) for c in cells]))) for n in names}
+        headline[MASK_CONTROL] |= {"inits": len(names), "vs_best_min_init": round(min(geo.values()), 4), "vs_best_max_init": round(max(geo.values()), 4)}
+        if f"{MASK_CONTROL}-s0" in geo:
+            headline[MASK_CONTROL]["vs_best_s0"] = round(geo[f"{MASK_CONTROL}-s0"], 4)
     return headline, detail
 
 
@@ -391,7 +427,7 @@ def heatmap(schedules: dict[str, dict[str, Schedule]], out: Path) -> None:
     plt.close(fig)
 
 
-RESERVED_POLICY_NAMES = (*BASELINE_KINDS, "oracle", MASK_CONTROL)  # the harness's own entries in cells.json
+RESERVED_POLICY_NAMES = (*BASELINE_KINDS, "oracle", MASK_CONTROL)  # the harness's own entries in cells.json (and mask-only-sK)
 
 
 def policy_specs(model: list[str]) -> dict[str, Path]:
@@ -402,7 +438,7 @@ def policy_specs(model: list[str]) -> dict[str, Path]:
         name, sep, path = spec.partition("=")
         if not sep:
             raise typer.BadParameter(f"--model '{spec}': expected NAME=PATH")
-        if name in RESERVED_POLICY_NAMES:
+        if name in RESERVED_POLICY_NAMES or name.startswith(f"{MASK_CONTROL}-s"):
             raise ContractError(f"--model {spec}: '{name}' is the name of one of the harness's own schedules (reserved: "
                                 f"{', '.join(RESERVED_POLICY_NAMES)}), which the policy would replace in cells.json; name it otherwise")
         if name in specs:
@@ -420,23 +456,24 @@ def evaluate_command(
     oracle: Annotated[Optional[bool], typer.Option("--oracle/--no-oracle", help="Also search an oracle schedule per cell.")] = None,
     mask_control: Annotated[bool, typer.Option("--mask-control/--no-mask-control",
                                                help="Also run 'mask-only': the first model's network untrained, under the same inference masks.")] = True,
+    mask_inits: Annotated[int, typer.Option(min=1, help="mask-only is the per-cell median over this many initialisations of the untrained network (seeds 0..N-1).")] = MASK_INITS,
     label: Annotated[Optional[str], typer.Option(help="Nest metrics.json under this key (e.g. unseen), so a second evaluation's columns in `dvc exp show` differ from the first's.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar (a line every PMOSS_PROGRESS_S seconds, default 30, instead).")] = False,
 ) -> None:
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
-    from pmoss.learn.bundle import load_bundle, untrained_like
+    from pmoss.learn.bundle import load_bundle
 
     flags = {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "oracle": oracle}
     cfg = load_model_with_flags(EvalConfig, config, flags)
     specs = policy_specs(model)
-    check_memory(cfg, len(specs) + (mask_control and bool(specs)),
+    check_memory(cfg, len(specs) + (mask_inits if mask_control and specs else 0),
                  lambda f: f"--{f.replace('_', '-')} {flags[f]}" if flags.get(f) is not None else f"{config}: field '{f}'")
     bundles = {name: load_bundle(path) for name, path in specs.items()}
-    if mask_control and bundles:
-        bundles[MASK_CONTROL] = untrained_like(next(iter(bundles.values())))
+    controls = mask_inits_of(next(iter(bundles.values())), mask_inits) if mask_control and bundles else {}
     schedules: dict[str, dict[str, Schedule]] = {}
-    cells = evaluate_cells(cfg, bundles, progress=not quiet, keep=schedules)
-    headline, detail = summarise(cells, list(bundles), cfg.baselines, schedules)
+    cells = evaluate_cells(cfg, bundles | controls, progress=not quiet, keep=schedules)
+    inits = fold_mask_inits(cells, schedules)
+    headline, detail = summarise(cells, list(bundles) + ([MASK_CONTROL] if controls else []), cfg.baselines, schedules, inits)
     atomic_write_text(output / "metrics.json", json.dumps({label: headline} if label else headline, indent=1) + "\n")
     atomic_write_text(output / "cells-detail.json", json.dumps(detail, indent=1) + "\n")
     atomic_write_text(output / "cells.json", json.dumps(cells, indent=1) + "\n")

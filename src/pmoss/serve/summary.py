@@ -15,8 +15,8 @@ from pmoss.contracts.io import project_root
 
 PLOTS = ("speedup.png", "schedules.png")
 CONTROL_NOTE = {  # policies that are controls, not candidates: one line each under the table
-    "mask-only": "mask-only: a control, not a policy: the first model's network untrained, under the same inference masks "
-                 "(what the masks alone reach; a trained policy should beat it)",
+    "mask-only": "mask-only: a control, not a policy: the first model's network untrained, under the same inference masks, "
+                 "per cell the median over its initialisations (what the masks alone reach; a trained policy should beat it)",
 }  # fmt: skip
 
 
