@@ -61,14 +61,18 @@ def test_dvc_repro_tiny(tmp_path):
     assert metrics["source"] == "sim" and metrics["n_cells"] == 4
     per = {k: v for k, v in metrics.items() if isinstance(v, dict)}
     assert set(per) == {"dt-base", "dt-assistant", "bc", "cql", "dt-critic", "mask-only"} and set(metrics) == set(per) | {"source", "n_cells"}
-    assert all(g["vs_best"] > 0 and g["vs_oracle"] > 0 and set(g) == {"vs_best", "vs_one_core", "vs_oracle", "cells_ge_best", "own_picks"} for g in per.values())
+    figures = {"vs_best", "vs_one_core", "vs_oracle", "cells_ge_best"}
+    assert all(g["vs_best"] > 0 and g["vs_oracle"] > 0 and set(g) == figures | {"own_picks"} for p, g in per.items() if p != "mask-only")
+    # the control: the median over its initialisations (no one schedule, so no pick), their range and seed 0's
+    assert set(per["mask-only"]) == figures | {"inits", "vs_best_min_init", "vs_best_max_init", "vs_best_s0"}
+    assert per["mask-only"]["vs_best_min_init"] <= per["mask-only"]["vs_best"] <= per["mask-only"]["vs_best_max_init"]
     assert len(json.loads((tmp_path / "eval/cells-detail.json").read_text())["cells"]) == 4
     assert (tmp_path / "eval/speedup.png").stat().st_size > 1000
     assert (tmp_path / "models/base/train-loss.csv").read_text().startswith("step,train_loss\n10,")
     shown = run("metrics", "show")
     assert shown.returncode == 0 and "vs_best" in shown.stdout and "ycsb" not in shown.stdout  # headline only
     grid = [line.split() for line in run("metrics", "show", "eval/metrics.json").stdout.splitlines() if line.strip()]
-    assert len(grid) == 2 and grid[1][0] == "eval/metrics.json" and len(grid[0]) == len(grid[1]) <= 1 + 32, grid  # README: one row of the 32
+    assert len(grid) == 2 and grid[1][0] == "eval/metrics.json" and len(grid[0]) == len(grid[1]) <= 1 + 35, grid  # README: one row of the 35
     receipt = json.loads((tmp_path / "eval/registered.json").read_text())
     best = max(("dt-base", "dt-assistant", "dt-critic"), key=lambda p: per[p]["vs_best"])
     assert receipt["policy"] == best and receipt["versions"] == {"dt-base": 1, "dt-assistant": 2, "dt-critic": 3}
