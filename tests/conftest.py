@@ -97,3 +97,15 @@ def perf_events() -> dict:
     if not facts["software_events"]:
         pytest.skip(f"no perf event opens here: {facts['reason']}")
     return facts
+
+
+def sim_dataset(root: Path, episodes: int, n_slices: int = 8) -> Path:
+    """A tokenised dataset of simulated intel-skx-4s x ycsb-c episodes under root/ds (no hold-out)."""
+    from pmoss.collect.driver import collect
+    from pmoss.collect.plan import load_pool
+    from pmoss.data.dataset import build
+
+    (root / "pool.yaml").write_text(f"name: t\nmachines: [intel-skx-4s]\nworkloads: [ycsb-c]\nepisodes_per_cell: {episodes}\nn_slices: {n_slices}\n")
+    collect(load_pool(root / "pool.yaml"), root / "raw", progress=False)
+    build([root / "raw"], root / "ds", 0.0, 0.0)
+    return root / "ds"

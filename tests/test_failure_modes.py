@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import sim_dataset
 from test_serve import _bundle
 
 from pmoss.collect.plan import load_pool
@@ -78,14 +79,7 @@ def test_train_default_config_from_another_directory(tmp_path):
 # ---- item 3: one-line errors, checked before work starts ---------------------------------------
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
-    from pmoss.collect.driver import collect
-    from pmoss.data.dataset import build
-
-    tmp = tmp_path_factory.mktemp("fm")
-    (tmp / "pool.yaml").write_text("name: t\nmachines: [intel-skx-4s]\nworkloads: [ycsb-c]\nepisodes_per_cell: 2\nn_slices: 8\n")
-    collect(load_pool(tmp / "pool.yaml"), tmp / "raw", progress=False)
-    build([tmp / "raw"], tmp / "ds", 0.0, 0.0)
-    return tmp / "ds"
+    return sim_dataset(tmp_path_factory.mktemp("fm"), episodes=2)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])

@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from pmoss.collect.plan import load_pool
+from conftest import sim_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "seed_spread.py"
@@ -16,14 +15,7 @@ SCRIPT = ROOT / "benchmarks" / "seed_spread.py"
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
-    from pmoss.collect.driver import collect
-    from pmoss.data.dataset import build
-
-    tmp = tmp_path_factory.mktemp("spread")
-    (tmp / "pool.yaml").write_text("name: t\nmachines: [intel-skx-4s]\nworkloads: [ycsb-c]\nepisodes_per_cell: 4\nn_slices: 8\n")
-    collect(load_pool(tmp / "pool.yaml"), tmp / "raw", progress=False)
-    build([tmp / "raw"], tmp / "ds", 0.0, 0.0)
-    return tmp / "ds"
+    return sim_dataset(tmp_path_factory.mktemp("spread"), episodes=4)
 
 
 def _val(path: Path, seed_base: int) -> Path:
