@@ -30,19 +30,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from pmoss.bench import write_record
-from pmoss.evaluate import EVAL_SEED_BASE, EvalConfig, evaluate_cells
-from pmoss.learn.bundle import load_bundle, untrained_like
+from pmoss.contracts.errors import ContractError
+from pmoss.contracts.io import load_model_with_flags
+from pmoss.evaluate import EVAL_SEED_BASE, EvalConfig, evaluate_cells, mask_inits_of
+from pmoss.learn.bundle import load_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def train(data: Path, out: Path, config: Path, steps: int, seed: int, work: Path) -> float:
-    """`pmoss train` one policy (skipped when out/model.pt exists) -> wall seconds."""
+def train(data: Path, out: Path, config: Path, steps: int, seed: int, work: Path) -> float | None:
+    """`pmoss train` one policy -> wall seconds; None (not trained) when out/model.pt exists."""
     if (out / "model.pt").exists():
-        return 0.0
+        return None
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     pmoss = Path(sys.executable).with_name("pmoss")
     t0 = time.perf_counter()
@@ -66,13 +67,17 @@ def main() -> None:
     ap.add_argument("--tag", default="demo", help="record name suffix: benchmarks/results/seed_spread_TAG.json")
     ap.add_argument("--out", type=Path, help="write the result here instead of the record (a trial run)")
     a = ap.parse_args()
+    if a.seeds < 1:
+        ap.error(f"--seeds {a.seeds}: at least 1")
 
     sets = {}
     for path in a.val:
-        raw = yaml.safe_load(path.read_text())
-        if raw.get("seed_base", EVAL_SEED_BASE) == EVAL_SEED_BASE:
+        try:
+            sets[path.name] = load_model_with_flags(EvalConfig, path, {"oracle": False})
+        except ContractError as e:
+            ap.error(str(e))
+        if sets[path.name].seed_base == EVAL_SEED_BASE:
             ap.error(f"{path}: seed_base is the evaluation's ({EVAL_SEED_BASE}); pass a validation set")
-        sets[path.name] = EvalConfig.model_validate({**raw, "oracle": False})
     a.work.mkdir(parents=True, exist_ok=True)
     seeds = list(range(a.seeds))
     train_s = {}
@@ -80,8 +85,7 @@ def main() -> None:
         print(f"seed_spread: training seed {s} ({a.max_steps} steps)", flush=True)
         train_s[s] = train(a.data, a.work / f"policy-s{s}", a.config, a.max_steps, s, a.work)
     policies = {f"policy-s{s}": load_bundle(a.work / f"policy-s{s}") for s in seeds}
-    masks = {f"mask-only-s{s}": untrained_like(policies["policy-s0"], seed=s) for s in seeds}
-    bundles = {**policies, **masks}
+    bundles = policies | mask_inits_of(policies["policy-s0"], a.seeds)  # mask-only-s0.. as evaluate builds them
 
     report: dict[str, dict] = {}
     for name, cfg in sets.items():

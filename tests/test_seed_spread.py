@@ -52,3 +52,10 @@ def test_an_evaluation_set_is_refused(dataset, tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
     assert r.returncode == 2 and "eval.yaml" in r.stderr and "validation" in r.stderr
     assert not (tmp_path / "w").exists()  # refused before anything is trained
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("machines: [no-such-machine]\nworkloads: [ycsb-c]\nseed_base: 3000017\n")
+    for val, named in ((tmp_path / "missing.yaml", "missing.yaml"), (bad, "no-such-machine")):
+        r = subprocess.run([sys.executable, str(SCRIPT), str(dataset), "--val", str(val), "--work", str(tmp_path / "w")],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
+        assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "w").exists()
