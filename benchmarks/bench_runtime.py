@@ -102,7 +102,7 @@ def bench_migration(n: int) -> None:
     assert rep.slices_moved == 256 and rep.pages_failed == 0
     write_record(
         "runtime_migration_per_slice",
-        f"move_pages time per slice, {n} keys / 256 slices, SAME node (1-node host: no data crosses nodes)",
+        f"migration time per slice, {n} keys / 256 slices, SAME node (1-node host: pages are located, none needs moving)",
         rep.seconds / rep.slices_moved, "s/slice", "P-MOSS paper, ~0.1 s per slice (published, not measured here)",
         PAPER_MIGRATION_S_PER_SLICE, pages_moved=rep.pages_moved, pages_failed=rep.pages_failed,
         pages_absent=rep.pages_absent, host_load=_load(),

@@ -35,6 +35,9 @@ void *pm_arena_alloc(pm_arena *a, size_t size);
  * (node >= 0 or PM_ARENA_INTERLEAVE; PM_ARENA_OS_DEFAULT only drops the binding). */
 int pm_arena_migrate(pm_arena *a, int policy, pm_migration_report *report);
 int pm_arena_page_nodes(pm_arena *a, uint64_t *counts, int n_counts);
+/* How many times this process called move_pages' moving form (tests: a
+ * migration whose pages are all in place must not). */
+uint64_t pm_arena_move_calls(void);
 /* Number of NUMA nodes the kernel reports (1 without NUMA support). */
 int pm_numa_nodes(void);
 
