@@ -23,13 +23,6 @@ uint64_t pm_arena_move_calls(void)
     return atomic_load_explicit(&move_calls, memory_order_relaxed);
 }
 
-/* The moving form of move_pages, counted. */
-static long move_pages_counted(unsigned long n, void **pages, const int *nodes, int *status)
-{
-    atomic_fetch_add_explicit(&move_calls, 1, memory_order_relaxed);
-    return move_pages(0, n, pages, nodes, status, MPOL_MF_MOVE);
-}
-
 int pm_numa_nodes(void)
 {
     if (numa_available() < 0)
@@ -148,33 +141,46 @@ static int list_pages(pm_arena *a, void ***pages_out, size_t *n_out)
     return 0;
 }
 
-/* One retry of the pages whose status is -EBUSY; returns how many there were. */
-static size_t retry_busy(void **pages, const int *nodes, int *status, size_t n)
+static bool wanted(int status, int node, bool retry)
 {
-    size_t busy = 0;
+    return retry ? status == -EBUSY : status >= 0 && status != node;
+}
+
+/* Move the pages whose status calls for it with move_pages' moving form and
+ * write their new status back: the misplaced ones (present on another node),
+ * or on a retry those the last call found -EBUSY (transient: a page just
+ * faulted in by a running query can sit in a per-CPU LRU batch or be
+ * locked). Returns how many it tried, or -errno. */
+static long move_wanted(void **pages, const int *nodes, int *status, size_t n, bool retry)
+{
+    size_t m = 0;
     for (size_t i = 0; i < n; i++)
-        busy += status[i] == -EBUSY;
-    if (busy == 0)
+        m += wanted(status[i], nodes[i], retry);
+    if (m == 0)
         return 0;
-    void **bp = malloc(busy * sizeof *bp);
-    int *bn = malloc(busy * sizeof *bn), *bs = malloc(busy * sizeof *bs);
-    size_t *at = malloc(busy * sizeof *at);
-    if (bp && bn && bs && at) {
+    void **mp = malloc(m * sizeof *mp);
+    int *mn = malloc(m * sizeof *mn), *ms = malloc(m * sizeof *ms);
+    size_t *at = malloc(m * sizeof *at);
+    long rc = -ENOMEM;
+    if (mp && mn && ms && at) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
-            if (status[i] == -EBUSY)
-                bp[k] = pages[i], bn[k] = nodes[i], at[k] = i, k++;
-        struct timespec pause = {0, 1000000L};
-        nanosleep(&pause, NULL);
-        if (move_pages_counted(busy, bp, bn, bs) >= 0)
-            for (k = 0; k < busy; k++)
-                status[at[k]] = bs[k];
+            if (wanted(status[i], nodes[i], retry))
+                mp[k] = pages[i], mn[k] = nodes[i], at[k] = i, k++;
+        if (retry) {
+            struct timespec pause = {0, 1000000L};
+            nanosleep(&pause, NULL);
+        }
+        atomic_fetch_add_explicit(&move_calls, 1, memory_order_relaxed);
+        rc = move_pages(0, m, mp, mn, ms, MPOL_MF_MOVE) < 0 ? -errno : (long)m;
+        for (k = 0; rc > 0 && k < m; k++)
+            status[at[k]] = ms[k];
     }
-    free(bp);
-    free(bn);
-    free(bs);
+    free(mp);
+    free(mn);
+    free(ms);
     free(at);
-    return busy;
+    return rc;
 }
 
 /* Bind the chunks to the new policy, then move the pages that are not where
@@ -205,46 +211,29 @@ int pm_arena_migrate(pm_arena *a, int policy, pm_migration_report *report)
         return rc;
     int *nodes = malloc((n ? n : 1) * sizeof *nodes);
     int *status = malloc((n ? n : 1) * sizeof *status);
-    void **mv_pages = malloc((n ? n : 1) * sizeof *mv_pages);
-    int *mv_nodes = malloc((n ? n : 1) * sizeof *mv_nodes);
-    int *mv_status = malloc((n ? n : 1) * sizeof *mv_status);
-    if (!nodes || !status || !mv_pages || !mv_nodes || !mv_status) {
+    if (!nodes || !status) {
         rc = -ENOMEM;
         goto out;
     }
-    bool numa = numa_available() >= 0;
     int n_nodes = pm_numa_nodes();
     for (size_t i = 0; i < n; i++) {
         nodes[i] = policy == PM_ARENA_INTERLEAVE ? (int)(i % (size_t)n_nodes) : policy;
         status[i] = nodes[i]; /* without NUMA support every page is "in place" */
     }
     double t0 = pm_now();
-    if (numa && n > 0 && move_pages(0, n, pages, NULL, status, 0) < 0) {
+    if (numa_available() >= 0 && n > 0 && move_pages(0, n, pages, NULL, status, 0) < 0) {
         rc = errno == ENOSYS ? 0 : -errno; /* no migration support: nothing moves */
         for (size_t i = 0; i < n; i++)
             status[i] = nodes[i];
     }
     /* Pages present elsewhere move; absent ones (-ENOENT/-EFAULT) fault in
      * on the bound policy's node when first touched. */
-    size_t m = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        if (status[i] >= 0 && status[i] != nodes[i]) {
-            mv_pages[m] = pages[i];
-            mv_nodes[m] = nodes[i];
-            m++;
-        }
-    if (rc == 0 && m > 0) {
-        if (move_pages_counted(m, mv_pages, mv_nodes, mv_status) < 0)
-            rc = -errno;
-        /* -EBUSY is transient (a page just faulted in by a running query can
-         * sit in a per-CPU LRU batch or be locked): retry those a few times. */
-        for (int retry = 0; rc == 0 && retry < 5; retry++)
-            if (retry_busy(mv_pages, mv_nodes, mv_status, m) == 0)
-                break;
-        for (size_t i = 0, k = 0; rc == 0 && i < n; i++)
-            if (status[i] >= 0 && status[i] != nodes[i])
-                status[i] = mv_status[k++];
-    }
+    long moving = rc == 0 ? move_wanted(pages, nodes, status, n, false) : 0;
+    if (moving < 0)
+        rc = (int)moving;
+    for (int retry = 0; moving > 0 && retry < 5; retry++)
+        if (move_wanted(pages, nodes, status, n, true) == 0)
+            break;
     double t1 = pm_now();
     if (rc == 0 && report) {
         for (size_t i = 0; i < n; i++) {
@@ -261,9 +250,6 @@ int pm_arena_migrate(pm_arena *a, int policy, pm_migration_report *report)
 out:
     free(nodes);
     free(status);
-    free(mv_pages);
-    free(mv_nodes);
-    free(mv_status);
     free(pages);
     return rc;
 }
