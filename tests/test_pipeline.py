@@ -74,13 +74,17 @@ def test_dvc_repro_tiny(tmp_path):
     grid = [line.split() for line in run("metrics", "show", "eval/metrics.json").stdout.splitlines() if line.strip()]
     assert len(grid) == 2 and grid[1][0] == "eval/metrics.json" and len(grid[0]) == len(grid[1]) <= 1 + 35, grid  # README: one row of the 35
     receipt = json.loads((tmp_path / "eval/registered.json").read_text())
-    best = max(("dt-base", "dt-assistant", "dt-critic"), key=lambda p: per[p]["vs_best"])
+    # the candidate is chosen on the validation seeds (stage validate), never on the evaluation's
+    validation = json.loads((tmp_path / "eval/val/metrics.json").read_text())
+    assert validation["n_cells"] == 4 and "mask-only" not in validation and "vs_oracle" not in validation["dt-base"]
+    best = max(("dt-base", "dt-assistant", "dt-critic"), key=lambda p: validation[p]["vs_best"])
     assert receipt["policy"] == best and receipt["versions"] == {"dt-base": 1, "dt-assistant": 2, "dt-critic": 3}
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"], registry_uri=env["MLFLOW_TRACKING_URI"])
     version = client.get_model_version_by_alias("pmoss-dt", "candidate")
-    assert int(version.version) == receipt["version"]  # the best-evaluated, not the last registered
+    assert int(version.version) == receipt["version"]  # the best-validated, not the last registered
+    assert "eval/val/metrics.json" in version.description
     dataset = {"dt-base": "datasets/offline", "dt-assistant": "datasets/finetune", "dt-critic": "datasets/offline"}[best]  # dt-critic: its policy's
     assert version.tags["dataset"] == dataset and version.tags["git_commit"] and version.tags["policy"] == best
     assert float(version.tags["eval.vs_best"]) == pytest.approx(per[best]["vs_best"], rel=1e-3)

@@ -124,6 +124,15 @@ def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path,
     assert not any("dt-base" in v for v in tags.values())  # no other policy's figures on the version
     run = client.get_model_version("pmoss-dt", "2").run_id
     assert [f.path for f in client.list_artifacts(run, "evaluation")] == ["evaluation/metrics.json"]
+    # chosen on a validation evaluation: the alias follows it, the tags keep the evaluation's figures
+    val = tmp_path / "eval" / "val.json"
+    val.write_text(json.dumps({"source": "sim", "n_cells": 1, "dt-base": {"vs_best": 0.8}, "dt-assistant": {"vs_best": 0.85}}))
+    versions, chosen = register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics, choose_by=val)
+    assert versions == {"dt-base": 3, "dt-assistant": 4} and chosen == "dt-assistant"
+    assert str(client.get_model_version_by_alias("pmoss-dt", "candidate").version) == "4"
+    assert client.get_model_version("pmoss-dt", "4").tags["eval.vs_best"] == "0.9" and "val.json" in client.get_model_version("pmoss-dt", "4").description
+    with pytest.raises(RegistryError, match="val.json: no figures for policy 'cql'"):
+        register_models([f"dt-base={a}", f"cql={b}"], "pmoss-dt", metrics, choose_by=val)
     with pytest.raises(RegistryError, match="policy 'bc'"):
         register_models([f"bc={a}"], "pmoss-dt", metrics)
     with pytest.raises(RegistryError, match="POLICY=MODEL_DIR"):

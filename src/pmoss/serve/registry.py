@@ -110,26 +110,30 @@ def _evaluation_files(metrics: Path | None) -> list[Path]:
     return [Path(metrics)] + [f for f in near if f.is_file()]
 
 
-def register_models(models: list[str], name: str, metrics: Path | None, alias: str = "candidate", dataset: Path | None = None) -> tuple[dict[str, int], str]:
-    """Register every `POLICY=DIR` (or `DIR`) as a version of `name`; `alias` goes to the one whose
-    evaluation is best (geo-mean vs the best baseline in `metrics`), not to the last registered.
+def register_models(models: list[str], name: str, metrics: Path | None, alias: str = "candidate", dataset: Path | None = None,
+                    choose_by: Path | None = None) -> tuple[dict[str, int], str]:  # fmt: skip
+    """Register every `POLICY=DIR` (or `DIR`) as a version of `name`; `alias` goes to the one with
+    the best geo-mean vs the best baseline in `choose_by` (a validation evaluation; default
+    `metrics`), not to the last registered. Each version is tagged with its figures in `metrics`.
     Returns {policy: version} and the policy that got the alias."""
     from pmoss.evaluate import best_policy
 
     specs = [(p, Path(d)) if sep else (None, Path(p)) for p, sep, d in (m.partition("=") for m in models)]
-    if len(specs) > 1 and (metrics is None or any(p is None for p, _ in specs)):
-        raise RegistryError("several models: pass --metrics and name each as POLICY=MODEL_DIR, so the evaluation picks the candidate")
+    choose_by = choose_by if choose_by is not None else metrics
+    if len(specs) > 1 and (choose_by is None or any(p is None for p, _ in specs)):
+        raise RegistryError("several models: pass --metrics (or --choose-by) and name each as POLICY=MODEL_DIR, so an evaluation picks the candidate")
     chosen = None
-    if metrics is not None and all(p is not None for p, _ in specs):
-        headline = read_metrics(metrics)
-        for p, _ in specs:
-            own_metrics(headline, p, metrics)  # every name is checked before anything is registered
-        chosen = best_policy(headline, [p for p, _ in specs])  # type: ignore[misc]
+    if choose_by is not None and all(p is not None for p, _ in specs):
+        headlines = {f: read_metrics(f) for f in dict.fromkeys(f for f in (choose_by, metrics) if f is not None)}
+        for f, headline in headlines.items():
+            for p, _ in specs:
+                own_metrics(headline, p, f)  # every name is checked in both files before anything is registered
+        chosen = best_policy(headlines[choose_by], [p for p, _ in specs])  # type: ignore[misc]
     chosen = chosen or specs[0][0] or str(specs[0][1])  # one model: it gets the alias
     versions = {}
     for policy, model_dir in specs:
         label = policy or str(model_dir)
-        why = describe(label, chosen, [p or str(d) for p, d in specs], read_metrics(metrics) if metrics is not None and policy else None, alias, metrics)
+        why = describe(label, chosen, [p or str(d) for p, d in specs], read_metrics(choose_by) if choose_by is not None and policy else None, alias, choose_by)
         versions[label] = register(model_dir, name, dataset, metrics, alias if label == chosen else None, policy, why)
     return versions, chosen
 
@@ -150,10 +154,10 @@ def describe(label: str, chosen: str, labels: list[str], headline: dict[str, Any
     others = [p for p in labels if p != label]
     if label == chosen:
         rivals = "; ".join(f"{p}: {figures(p)}" for p in others)
-        return (f"{label} is the '{alias}': the best geometric mean over the evaluation cells of its throughput vs the best baseline in {metrics} "
+        return (f"{label} is the '{alias}': the best geometric mean over the cells of its throughput vs the best baseline in {metrics} "
                 f"({figures(label)}){f', registered together with {rivals}' if rivals else ''}. Simulated testbed (source=sim). "
                 f"`pmoss registry promote` gates it against the heuristics and the champion.")  # fmt: skip
-    return f"{label}: {figures(label)} in {metrics}; not the '{alias}': {chosen} evaluated better ({figures(chosen)}). Simulated testbed (source=sim)."
+    return f"{label}: {figures(label)} in {metrics}; not the '{alias}': {chosen} did better there ({figures(chosen)}). Simulated testbed (source=sim)."
 
 
 def fetch(uri: str) -> Path:
@@ -179,12 +183,14 @@ def register_command(
     name: Annotated[str, typer.Option(help="Registered model name.")] = "pmoss-dt",
     dataset: Annotated[Optional[Path], typer.Option(help="The tokenised dataset (default: the one each bundle was trained on).")] = None,
     metrics: Annotated[Optional[Path], typer.Option(help="Evaluation metrics.json: each version is tagged with its policy's figures.")] = None,
+    choose_by: Annotated[Optional[Path], typer.Option(help="metrics.json of a validation evaluation that decides the alias (default: --metrics); "
+                                                            "choose on validation seeds, report on evaluation ones.")] = None,
     alias: Annotated[str, typer.Option(help="Alias for the best-evaluated of the models (the only one, if one).")] = "candidate",
     receipt: Annotated[Optional[Path], typer.Option(help="Write {name, version, alias, policy, versions} JSON here (a DVC output).")] = None,
 ) -> None:
     """Register trained models as new versions; the alias (default `candidate`) goes to the one with
-    the best geometric mean vs the best baseline in --metrics."""
-    versions, chosen = register_models(models, name, metrics, alias, dataset)
+    the best geometric mean vs the best baseline in --choose-by (default --metrics)."""
+    versions, chosen = register_models(models, name, metrics, alias, dataset, choose_by)
     if receipt:
         atomic_write_text(receipt, json.dumps({"name": name, "version": versions[chosen], "alias": alias, "policy": chosen, "versions": versions}) + "\n")
     for label, v in versions.items():
