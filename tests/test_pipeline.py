@@ -79,6 +79,7 @@ def test_dvc_repro_tiny(tmp_path):
     assert validation["n_cells"] == 4 and "mask-only" not in validation and "vs_oracle" not in validation["dt-base"]
     best = max(("dt-base", "dt-assistant", "dt-critic"), key=lambda p: validation[p]["vs_best"])
     assert receipt["policy"] == best and receipt["versions"] == {"dt-base": 1, "dt-assistant": 2, "dt-critic": 3}
+    assert receipt["chosen_by"] == "eval/val/metrics.json"
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"], registry_uri=env["MLFLOW_TRACKING_URI"])

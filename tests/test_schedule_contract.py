@@ -28,7 +28,7 @@ from pmoss.collect.topology import discover
 from pmoss.contracts.groups import WIDTHS, groups_of
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.policies import generate
-from pmoss.contracts.schedule import ANY_WORKER_KINDS, Kind, Schedule, load_schedule, save_schedule
+from pmoss.contracts.schedule import Kind, Schedule, load_schedule, save_schedule
 from pmoss.sim.pool import list_machines, load_sim_machine
 
 REPO = Path(__file__).resolve().parents[1]

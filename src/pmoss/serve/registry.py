@@ -4,7 +4,7 @@ A version carries the bundle (weights + config + normalisation stats) as an MLfl
 (models from code: pyfunc_model.py), and as tags: the model config, the dataset and its hash, the
 git commit, its policy name and its own headline figures (`eval.*`); the whole evaluation is an
 artifact of the version's run. Of several models registered together, the alias `candidate` goes
-to the best-evaluated one. Works against the sqlite store under
+to the best one on a validation evaluation (`--choose-by`; default the evaluation itself). Works against the sqlite store under
 `mlflow/` (default) or any MLflow server named by MLFLOW_TRACKING_URI.
 """
 
@@ -186,13 +186,15 @@ def register_command(
     choose_by: Annotated[Optional[Path], typer.Option(help="metrics.json of a validation evaluation that decides the alias (default: --metrics); "
                                                             "choose on validation seeds, report on evaluation ones.")] = None,
     alias: Annotated[str, typer.Option(help="Alias for the best-evaluated of the models (the only one, if one).")] = "candidate",
-    receipt: Annotated[Optional[Path], typer.Option(help="Write {name, version, alias, policy, versions} JSON here (a DVC output).")] = None,
+    receipt: Annotated[Optional[Path], typer.Option(help="Write {name, version, alias, policy, versions, chosen_by} JSON here (a DVC output).")] = None,
 ) -> None:
     """Register trained models as new versions; the alias (default `candidate`) goes to the one with
     the best geometric mean vs the best baseline in --choose-by (default --metrics)."""
     versions, chosen = register_models(models, name, metrics, alias, dataset, choose_by)
     if receipt:
-        atomic_write_text(receipt, json.dumps({"name": name, "version": versions[chosen], "alias": alias, "policy": chosen, "versions": versions}) + "\n")
+        chosen_by = choose_by or metrics
+        atomic_write_text(receipt, json.dumps({"name": name, "version": versions[chosen], "alias": alias, "policy": chosen, "versions": versions,
+                                               "chosen_by": str(chosen_by) if chosen_by else None}) + "\n")  # fmt: skip
     for label, v in versions.items():
         typer.echo(f"registered {name} version {v} ({label}){f'  alias {alias}' if label == chosen else ''}")
 
