@@ -10,7 +10,8 @@
 #
 #   benchmarks/grid_mask_control.sh /tmp/grid     # ~8 min on 2 cores; writes OUT/eval, OUT/eval-unseen
 set -euo pipefail
-out=${1:?usage: grid_mask_control.sh OUT_DIR}
+case ${1:-} in -h|--help|"") sed -n '2,11p' "$0" | cut -c3-; exit $([ -n "${1:-}" ] && echo 0 || echo 2);; esac
+out=$1
 repo=$(cd "$(dirname "$0")/.." && pwd)
 pmoss=${PMOSS:-$repo/.venv/bin/pmoss}
 mkdir -p "$out" && cd "$out"
