@@ -15,7 +15,7 @@ import pytest
 from pmoss import doctor
 from pmoss.collect import collector
 
-CHECKS = ["numa", "perf_event_paranoid", "core_pmu", "uncore_pmu", "move_pages", "huge_pages", "ray_node", "tracking"]
+CHECKS = ["numa", "perf_event_paranoid", "core_pmu", "uncore_pmu", "move_pages", "huge_pages", "numpy_kernels", "ray_node", "tracking"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -101,3 +101,13 @@ def test_paranoid_huge_pages_ray_and_tracking_name_their_fixes(tmp_path, monkeyp
 def test_move_pages_works_on_our_own_page():
     check = doctor.check_move_pages()
     assert check.status == "ok" and check.data["node"] >= 0
+
+
+def test_numpy_kernels_warn_on_avx512_and_name_the_fix(monkeypatch):
+    monkeypatch.delenv("PMOSS_NATIVE_SIMD", raising=False)
+    ok = doctor.check_numpy_kernels(["X86_V3"])
+    assert ok.status == "ok" and "X86_V3" in ok.detail
+    wide = doctor.check_numpy_kernels(["X86_V3", "X86_V4", "AVX512_ICL"])
+    assert wide.status == "warn" and "X86_V4, AVX512_ICL" in wide.detail and "import pmoss before numpy" in wide.fix
+    monkeypatch.setenv("PMOSS_NATIVE_SIMD", "1")
+    assert "PMOSS_NATIVE_SIMD=1" in doctor.check_numpy_kernels(["X86_V4"]).detail

@@ -303,6 +303,23 @@ def check_tracking() -> Check:
     return Check("tracking", "ok", f"{uri} answers", "", {"uri": uri})
 
 
+def check_numpy_kernels(active: list[str] | None = None) -> Check:
+    """NumPy's SIMD kernels in this process: simulated data is byte-identical across x86-64 hosts only
+    on its AVX2 ones (`import pmoss` sets NPY_DISABLE_CPU_FEATURES; docs/contracts.md)."""
+    if active is None:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+        active = [k for k in __cpu_dispatch__ if __cpu_features__.get(k)]
+    wide = [k for k in active if k == "X86_V4" or k.startswith("AVX512")]
+    data = {"dispatched": active, "NPY_DISABLE_CPU_FEATURES": os.environ.get("NPY_DISABLE_CPU_FEATURES")}
+    if wide:
+        why = "PMOSS_NATIVE_SIMD=1" if os.environ.get("PMOSS_NATIVE_SIMD") == "1" else "NumPy was imported before pmoss"
+        return Check("numpy_kernels", "warn", f"NumPy runs its {', '.join(wide)} kernels ({why}): simulated data written by this "
+                     "process can differ in its last bits from another host's, and from dvc.lock's",
+                     "unset PMOSS_NATIVE_SIMD and import pmoss before numpy (the pmoss CLI does)", data)  # fmt: skip
+    return Check("numpy_kernels", "ok", f"NumPy on its {active[-1] if active else 'baseline'} kernels: simulated data is the same bytes on any x86-64 host", "", data)
+
+
 # ---- all ------------------------------------------------------------------------------------------------
 def run_checks(ray_address: str | None = None) -> list[Check]:
     from pmoss.collect.collector import load_library
@@ -316,7 +333,7 @@ def run_checks(ray_address: str | None = None) -> list[Check]:
         checks += [Check(n, "fail", f"{missing} ({e})", "make native (or set PMOSS_LIB)", {}) for n in ("core_pmu", "uncore_pmu")]
     else:
         checks += [check_core_pmu(lib), check_uncore_pmu(lib)]
-    return checks + [check_move_pages(), check_huge_pages(), check_ray(ray_address), check_tracking()]
+    return checks + [check_move_pages(), check_huge_pages(), check_numpy_kernels(), check_ray(ray_address), check_tracking()]
 
 
 def report(checks: list[Check]) -> dict[str, Any]:
