@@ -123,8 +123,8 @@ def register_models(models: list[str], name: str, metrics: Path | None, alias: s
     if len(specs) > 1 and (choose_by is None or any(p is None for p, _ in specs)):
         raise RegistryError("several models: pass --metrics (or --choose-by) and name each as POLICY=MODEL_DIR, so an evaluation picks the candidate")
     chosen = None
+    headlines = {f: read_metrics(f) for f in dict.fromkeys(f for f in (choose_by, metrics) if f is not None)}
     if choose_by is not None and all(p is not None for p, _ in specs):
-        headlines = {f: read_metrics(f) for f in dict.fromkeys(f for f in (choose_by, metrics) if f is not None)}
         for f, headline in headlines.items():
             for p, _ in specs:
                 own_metrics(headline, p, f)  # every name is checked in both files before anything is registered
@@ -133,7 +133,7 @@ def register_models(models: list[str], name: str, metrics: Path | None, alias: s
     versions = {}
     for policy, model_dir in specs:
         label = policy or str(model_dir)
-        why = describe(label, chosen, [p or str(d) for p, d in specs], read_metrics(choose_by) if choose_by is not None and policy else None, alias, choose_by)
+        why = describe(label, chosen, [p or str(d) for p, d in specs], headlines[choose_by] if choose_by is not None and policy else None, alias, choose_by)
         versions[label] = register(model_dir, name, dataset, metrics, alias if label == chosen else None, policy, why)
     return versions, chosen
 
