@@ -57,6 +57,22 @@ def test_version_is_the_model_its_training_run_logged(tmp_path, client):
     assert client.get_logged_model(run_file["model_id"]).metrics[0].key.startswith("eval.")
 
 
+def test_a_run_file_naming_a_run_this_store_lost_is_registered_anew(tmp_path, client):
+    """mlflow/ removed and made anew (same URI): the bundle's run file names a run the store no
+    longer has; the registry logs the bundle in a run of its own instead of failing."""
+    from pmoss.learn.bundle import BUNDLE_FILE
+    from pmoss.learn.tracking import default_tracking_uri
+    from pmoss.contracts.checksum import file_digest
+
+    model_dir = _bundle(tmp_path, "base")
+    lost = {"run_id": "0" * 32, "tracking_uri": default_tracking_uri(), "git_commit": "test", "model_id": "m-lost",
+            "bundle_sha256": file_digest(model_dir / BUNDLE_FILE), "model_uri": "models:/m-lost"}  # fmt: skip
+    (model_dir / RUN_FILE).write_text(json.dumps(lost))
+    version = register(model_dir, "pmoss-dt", None, None)
+    run = client.get_run(client.get_model_version("pmoss-dt", str(version)).run_id)
+    assert run.info.run_id != lost["run_id"] and run.info.run_name == "register-pmoss-dt"
+
+
 def test_bundle_is_free_of_run_ids_and_the_run_file_is_ignored_by_dvc(tmp_path, client):
     import torch
 

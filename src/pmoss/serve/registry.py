@@ -70,6 +70,7 @@ def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | N
     dataset = dataset if dataset is not None else (Path(bundle.info["data"]) if bundle.info.get("data") else None)
     run = read_run_file(model_dir)
     same = run is not None and run.get("model_uri") and run.get("tracking_uri") == default_tracking_uri() and run.get("bundle_sha256") == file_digest(Path(model_dir) / BUNDLE_FILE)
+    same = same and _run_exists(mlflow, run["run_id"])  # the same URI, but the store made anew since (mlflow/ removed)
     if not same:  # trained against another store, edited since, or a lone critic: log it now, in a run of its own
         with mlflow.start_run(experiment_id=ensure_experiment("pmoss-registry"), run_name=f"register-{name}") as r:
             pass
@@ -100,6 +101,16 @@ def register(model_dir: Path, name: str, dataset: Path | None, metrics: Path | N
     if alias:
         client.set_registered_model_alias(name, alias, version.version)
     return int(version.version)
+
+
+def _run_exists(mlflow: Any, run_id: str) -> bool:
+    try:
+        mlflow.MlflowClient().get_run(run_id)
+    except mlflow.exceptions.MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise RegistryError(f"run {run_id}: the registry did not answer ({_first_line(e.message)})") from e
+    return True
 
 
 def _evaluation_files(metrics: Path | None) -> list[Path]:
