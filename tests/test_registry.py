@@ -131,8 +131,12 @@ def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path,
     assert versions == {"dt-base": 3, "dt-assistant": 4} and chosen == "dt-assistant"
     assert str(client.get_model_version_by_alias("pmoss-dt", "candidate").version) == "4"
     assert client.get_model_version("pmoss-dt", "4").tags["eval.vs_best"] == "0.9" and "val.json" in client.get_model_version("pmoss-dt", "4").description
-    with pytest.raises(RegistryError, match="val.json: no figures for policy 'cql'"):
-        register_models([f"dt-base={a}", f"cql={b}"], "pmoss-dt", metrics, choose_by=val)
+    with pytest.raises(RegistryError, match="--choose-by .*nope.json: no such file"):
+        register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics, choose_by=tmp_path / "nope.json")
+    short = tmp_path / "eval" / "val-short.json"  # a policy the evaluation has and the validation lacks
+    short.write_text(json.dumps({"source": "sim", "n_cells": 1, "dt-base": {"vs_best": 0.8}}))
+    with pytest.raises(RegistryError, match="val-short.json: no figures for policy 'dt-assistant'"):
+        register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics, choose_by=short)
     with pytest.raises(RegistryError, match="policy 'bc'"):
         register_models([f"bc={a}"], "pmoss-dt", metrics)
     with pytest.raises(RegistryError, match="POLICY=MODEL_DIR"):

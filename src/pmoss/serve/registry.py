@@ -35,13 +35,13 @@ class RegistryError(PmossError):
 EVAL_TAG_PREFIX = "eval."  # a version's own headline figures, one tag each (eval.vs_best, ...)
 
 
-def read_metrics(path: Path) -> dict[str, Any]:
+def read_metrics(path: Path, flag: str = "--metrics") -> dict[str, Any]:
     try:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise RegistryError(f"--metrics {path}: no such file; run the evaluation first (pmoss evaluate / dvc repro)") from None
+        raise RegistryError(f"{flag} {path}: no such file; run the evaluation first (pmoss evaluate / dvc repro)") from None
     except json.JSONDecodeError as e:
-        raise RegistryError(f"--metrics {path}: not JSON ({e.msg} at line {e.lineno}); re-run the evaluation") from None
+        raise RegistryError(f"{flag} {path}: not JSON ({e.msg} at line {e.lineno}); re-run the evaluation") from None
 
 
 def own_metrics(headline: dict[str, Any], policy: str, source: Path) -> dict[str, float]:
@@ -130,11 +130,14 @@ def register_models(models: list[str], name: str, metrics: Path | None, alias: s
     from pmoss.evaluate import best_policy
 
     specs = [(p, Path(d)) if sep else (None, Path(p)) for p, sep, d in (m.partition("=") for m in models)]
+    headlines: dict[Path, dict[str, Any]] = {}  # each file read once, a missing one named by its flag
+    for f, flag in ((metrics, "--metrics"), (choose_by, "--choose-by")):
+        if f is not None and f not in headlines:
+            headlines[f] = read_metrics(f, flag)
     choose_by = choose_by if choose_by is not None else metrics
     if len(specs) > 1 and (choose_by is None or any(p is None for p, _ in specs)):
         raise RegistryError("several models: pass --metrics (or --choose-by) and name each as POLICY=MODEL_DIR, so an evaluation picks the candidate")
     chosen = None
-    headlines = {f: read_metrics(f) for f in dict.fromkeys(f for f in (choose_by, metrics) if f is not None)}
     if choose_by is not None and all(p is not None for p, _ in specs):
         for f, headline in headlines.items():
             for p, _ in specs:
