@@ -93,6 +93,44 @@ def test_elites_keep_each_cells_best_and_replay_other_cells(bundle_dir, tmp_path
     assert any(e.get("replayed") for e in log), log
 
 
+def test_the_anchor_holds_the_policy_on_its_offline_data(bundle_dir, tmp_path):
+    """With --anchor, each step also descends the DT loss of the pre-training data: after the same
+    iterations (same cell draws, samples and elites) the anchored policy fits that data better than
+    the unanchored one, and the log carries the anchor's loss on every step."""
+    from conftest import sim_dataset
+
+    from pmoss.collect.plan import load_pool
+    from pmoss.learn.dt import action_losses
+    from pmoss.learn.improve import _anchor_set
+
+    b = load_bundle(bundle_dir)
+    pool = load_pool(_pool(tmp_path))
+    data = _anchor_set(sim_dataset(tmp_path, episodes=6, n_slices=32), b)
+    cfg = ImproveConfig(iters=6, k=5, lr=1e-2, seed=1, anchor_weight=5.0)
+    free, log_free = improve(b, pool, cfg)
+    held, log_held = improve(b, pool, cfg, anchor=data)
+    assert [e["machine"] + e["workload"] for e in log_free] == [e["machine"] + e["workload"] for e in log_held]
+    steps = [e for e in log_held if e["stepped"]]
+    assert steps and all("anchor_loss" in e for e in steps) and held.info["improve"]["anchored"]
+    batch = torch.utils.data.default_collate([data[i] for i in range(len(data))])
+
+    def fit(bundle):
+        with torch.no_grad():
+            return float(action_losses(bundle.model(), batch)["loss"])
+
+    assert fit(held) < fit(free) - 0.05, (fit(held), fit(free), fit(b))
+
+
+def test_an_anchor_that_is_not_a_dataset_of_the_models_slices_is_refused(bundle_dir, tmp_path):
+    from conftest import sim_dataset
+
+    other = sim_dataset(tmp_path, episodes=2, n_slices=8)
+    for path, needle in ((tmp_path, "no tokens.parquet"), (other, "episodes of 8 slices")):
+        out = tmp_path / "out"
+        one_line_error(pmoss("improve", str(bundle_dir), "--pool", str(_pool(tmp_path)), "--anchor", str(path), "-o", str(out)), "--anchor", needle)
+        assert not out.exists()
+
+
 def test_cli_writes_bundle_and_log(bundle_dir, tmp_path):
     out = tmp_path / "improved"
     r = pmoss("improve", str(bundle_dir), "--pool", str(_pool(tmp_path)), "--iters", "2", "-k", "3", "-o", str(out), "--quiet")

@@ -14,7 +14,11 @@ random:
    teacher-forced), so the greedy rollout moves toward it;
 5. optionally (`--replay R`), in the same step, R elites of other cells (self-imitation), so steps
    on many cells do not move the few on one machine away; measured in docs/model.md: it keeps the
-   demo's cells and gives up what the steps won on generated machines.
+   demo's cells and gives up what the steps won on generated machines;
+6. optionally (`--anchor DATA`), in the same step, the offline Decision Transformer loss on a batch
+   of the pre-training data (teacher-forced cross-entropy, as `pmoss train`), weighted by
+   `--anchor-weight`: the imitation the policy was trained with holds it where the online steps
+   have no evidence (a behaviour-regularised improvement).
 
 Plain REINFORCE on the same samples was tried first and is not offered (docs/model.md, "Online
 improvement"): with the batch mean as its baseline it improved the sampled distribution while the
@@ -56,6 +60,9 @@ class ImproveConfig:
     seed: int = 0
     snapshots_per_cell: int = 4  # distinct training snapshots a cell cycles through
     replay: int = 0  # elites of other cells imitated in each step (0: only the drawn cell's)
+    anchor_weight: float = 1.0  # weight of the offline DT loss in each step (used only with an anchor dataset)
+    anchor_batch: int = 16  # pre-training episodes per step (dt-tiny's batch size)
+    anchor_loss_steps: int = 32  # their slices scored, as `pmoss train` (TrainConfig.loss_steps)
 
 
 def cells_of(pool: Any) -> list[tuple[str, str]]:
@@ -102,9 +109,12 @@ def masked_loglik(model: torch.nn.Module, bundle: Bundle, machine: Any, row: dic
     return logp.gather(-1, actions[..., None]).squeeze(-1).sum(-1)
 
 
-def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None) -> tuple[Bundle, list[dict[str, Any]]]:
-    """`cfg.iters` iterations over the pool's cells; returns the improved bundle and one log entry per iteration."""
+def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None, anchor: Any = None) -> tuple[Bundle, list[dict[str, Any]]]:
+    """`cfg.iters` iterations over the pool's cells; returns the improved bundle and one log entry per iteration.
+    anchor: the pre-training data (a `train.EpisodeArrays` split, read with the bundle's stats) whose
+    DT loss joins every step at `cfg.anchor_weight`."""
     from pmoss.contracts.schedule import Schedule
+    from pmoss.learn.dt import action_losses
     from pmoss.data.state import as_tensors, machine_arrays
     from pmoss.sim import load_sim_machine, throughput
 
@@ -117,23 +127,29 @@ def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None)
     snapshots: dict[tuple[str, str, int], dict[str, Any]] = {}  # a cell's training snapshots, simulated once
     elites: dict[tuple[str, str, int], Elite] = {}
     log: list[dict[str, Any]] = []
+    anchor_rng = np.random.default_rng([cfg.seed, 7])  # its own stream: the cell draws stay as without an anchor
+
+    def anchor_loss() -> torch.Tensor:
+        idx = anchor_rng.integers(len(anchor), size=cfg.anchor_batch)
+        batch = torch.utils.data.default_collate([anchor[int(i)] for i in idx])
+        return action_losses(model, batch, cfg.anchor_loss_steps)["loss"]
 
     def elite_nll(key: tuple[str, str, int]) -> torch.Tensor:  # per slice, differentiable
-        (machine, arrays), e = machines[key[0]], elites[key]
-        return -masked_loglik(model, bundle, machine, snapshots[key], e.actions, e.blocked, target, arrays)[0] / e.actions.shape[1]
+        (m, arrays), e = machines[key[0]], elites[key]
+        return -masked_loglik(model, bundle, m, snapshots[key], e.actions, e.blocked, target, arrays)[0] / e.actions.shape[1]
 
     for it in range(cfg.iters):
         name, workload = cells[rng.integers(len(cells))]
         if name not in machines:
             m = load_sim_machine(name)
             machines[name] = (m, as_tensors(machine_arrays(m)))
-        machine = machines[name][0]
+        m = machines[name][0]
         key = (name, workload, it % cfg.snapshots_per_cell)
-        row = snapshots.get(key) or snapshots.setdefault(key, snapshot(machine, workload, pool, key[2]))
+        row = snapshots.get(key) or snapshots.setdefault(key, snapshot(m, workload, pool, key[2]))
         blocked: list[torch.Tensor] = []
-        found, _ = rollout(bundle, machine, row, target_factor=target, batch=cfg.k + 1, temperature=cfg.temperature, seed=cfg.seed * 1_000_003 + it,
+        found, _ = rollout(bundle, m, row, target_factor=target, batch=cfg.k + 1, temperature=cfg.temperature, seed=cfg.seed * 1_000_003 + it,
                            model=model, greedy_first=True, blocked_out=blocked)  # fmt: skip
-        qps = throughput(machine, workload, pool.datasets[0], [Schedule.from_groups(machine, a) for a in found], n_records=pool.n_records,
+        qps = throughput(m, workload, pool.datasets[0], [Schedule.from_groups(m, a) for a in found], n_records=pool.n_records,
                          window_s=pool.window_s)  # fmt: skip
         best = int(np.argmax(qps))
         if key not in elites or qps[best] > elites[key].qps:
@@ -148,6 +164,10 @@ def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None)
                 nll = [elite_nll(k) for k in (key, *replayed)]
                 # the drawn cell at full weight, the replayed ones together at the same: an anchor, not a brake
                 loss = nll[0] + (torch.stack(nll[1:]).mean() if replayed else 0.0)
+                if anchor is not None:
+                    offline = anchor_loss()
+                    loss = loss + cfg.anchor_weight * offline
+                    entry["anchor_loss"] = float(offline.detach())
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -156,7 +176,8 @@ def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None)
         log.append(entry)
         if progress is not None:
             progress(it + 1, entry)
-    info = {**bundle.info, "improve": {**asdict(cfg), "cells": len(cells), "source": "sim", "stepped": sum(e["stepped"] for e in log)}}
+    info = {**bundle.info, "improve": {**asdict(cfg), "anchored": anchor is not None, "cells": len(cells), "source": "sim",
+                                       "stepped": sum(e["stepped"] for e in log)}}  # fmt: skip
     return Bundle(bundle.config, bundle.stats, {k: v.detach().clone() for k, v in model.state_dict().items()}, info, bundle.critic,
                   bundle.members), log  # fmt: skip
 
@@ -171,6 +192,8 @@ def improve_command(
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = ImproveConfig.temperature,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = ImproveConfig.lr,
     replay: Annotated[int, typer.Option(help="Elites (best measured schedules) of other cells imitated in each step, so steps on one cell do not undo another's.")] = ImproveConfig.replay,
+    anchor: Annotated[Optional[Path], typer.Option(help="Tokenised pre-training dataset (e.g. datasets/offline): its DT loss joins every step, so the policy keeps what it imitated where the online steps say nothing.")] = None,
+    anchor_weight: Annotated[float, typer.Option(help="Weight of the --anchor loss against the elite's.")] = ImproveConfig.anchor_weight,
     seed: Annotated[int, typer.Option(help="Cell draws, samples and snapshots.")] = ImproveConfig.seed,
     threads: Annotated[int, typer.Option(help="Torch threads. Each step's tensors are small: one thread ran 1 s an iteration where two took 12-15 s beside another job on 2 cores.")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar (a line every PMOSS_PROGRESS_S seconds, default 30, instead).")] = False,
@@ -186,7 +209,7 @@ def improve_command(
     for opt, v, least in (("--iters", iters, 1), ("-k", k, 1), ("--threads", threads, 1), ("--replay", replay, 0)):
         if v < least:
             raise ImproveError(f"{opt}: must be at least {least}, got {v}")
-    for opt, x in (("--temperature", temperature), ("--lr", lr)):
+    for opt, x in (("--temperature", temperature), ("--lr", lr), ("--anchor-weight", anchor_weight)):
         if not math.isfinite(x) or x <= 0:
             raise ImproveError(f"{opt}: must be a positive number, got {x}")
     p = load_pool(pool, n_slices=n_slices)
@@ -195,7 +218,8 @@ def improve_command(
     check_training_machines(p.machines, f"--pool {pool}: machines")
     bundle = load_bundle(model)
     torch.set_num_threads(threads)
-    cfg = ImproveConfig(iters=iters, k=k, temperature=temperature, lr=lr, seed=seed, replay=replay)
+    cfg = ImproveConfig(iters=iters, k=k, temperature=temperature, lr=lr, seed=seed, replay=replay, anchor_weight=anchor_weight)
+    anchor_set = _anchor_set(anchor, bundle) if anchor is not None else None
     t0, shown = time.perf_counter(), show_bar(not quiet)
     with Progress(disable=not shown, transient=True) as bar, Ticker("improve", iters, "iteration", line_interval(shown)) as ticker:
         task = bar.add_task("improve", total=iters)
@@ -204,10 +228,29 @@ def improve_command(
             bar.update(task, completed=done, description=f"improve: {entry['machine']}|{entry['workload']}")
             ticker.advance(1)
 
-        improved, log = improve(bundle, p, cfg, step)
+        improved, log = improve(bundle, p, cfg, step, anchor_set)
     output.mkdir(parents=True, exist_ok=True)
     save_bundle(improved, output / BUNDLE_FILE)
-    (output / "improve-log.json").write_text(json.dumps({"source": "sim", "config": asdict(cfg), "pool": str(pool), "iterations": log}, indent=1) + "\n")
+    record = {"source": "sim", "config": asdict(cfg), "pool": str(pool), "anchor": str(anchor) if anchor else None, "iterations": log}
+    (output / "improve-log.json").write_text(json.dumps(record, indent=1) + "\n")
     stepped = sum(e["stepped"] for e in log)
     typer.echo(f"{output / BUNDLE_FILE}: {iters} iterations over {len(cells_of(p))} cells, {stepped} steps toward a cell's elite "
                f"({time.perf_counter() - t0:.0f} s, source=sim)")  # fmt: skip
+
+
+def _anchor_set(path: Path, bundle: Bundle) -> Any:
+    """The anchor dataset's training split, normalised with the bundle's stats (what the policy reads)."""
+    from pmoss.data.dataset import load_tokens
+    from pmoss.learn.train import EpisodeArrays
+
+    if bundle.info.get("algo", "dt") != "dt":
+        raise ImproveError(f"--anchor {path}: the anchor is the Decision Transformer's loss; this bundle is '{bundle.info.get('algo')}'")
+    if not (path / "tokens.parquet").exists():
+        raise ImproveError(f"--anchor {path}: no tokens.parquet there (a tokenised dataset: pmoss dataset build)")
+    n = load_tokens(path)[1].n_slices
+    if n != bundle.config.n_slices:
+        raise ImproveError(f"--anchor {path}: episodes of {n} slices; the model was trained on {bundle.config.n_slices}")
+    data = EpisodeArrays(path, "train", bundle.stats)
+    if len(data) == 0:
+        raise ImproveError(f"--anchor {path}: its training split has no episode")
+    return data
