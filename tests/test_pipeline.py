@@ -100,7 +100,7 @@ def test_dvc_repro_tiny(tmp_path):
     # a reproduction leaves dvc.lock clean: the same inputs give the same bundle and report bytes
     # (no run id, git commit, absolute path or wall time inside a DVC output; docs/mlflow.md)
     lock = (tmp_path / "dvc.lock").read_text()
-    for stage in ("pretrain", "post-train"):
+    for stage in ("pretrain", "improve", "post-train"):
         forced = run("repro", "--force", "--single-item", stage)
         assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
         assert (tmp_path / "dvc.lock").read_text() == lock, f"rerunning {stage} changed dvc.lock"
