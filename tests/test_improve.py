@@ -125,7 +125,7 @@ def test_an_anchor_that_is_not_a_dataset_of_the_models_slices_is_refused(bundle_
     from conftest import sim_dataset
 
     other = sim_dataset(tmp_path, episodes=2, n_slices=8)
-    for path, needle in ((tmp_path, "no tokens.parquet"), (other, "episodes of 8 slices")):
+    for path, needle in ((tmp_path, "not a tokenised dataset"), (other, "episodes of 8 slices")):
         out = tmp_path / "out"
         one_line_error(pmoss("improve", str(bundle_dir), "--pool", str(_pool(tmp_path)), "--anchor", str(path), "-o", str(out)), "--anchor", needle)
         assert not out.exists()

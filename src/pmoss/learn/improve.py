@@ -114,8 +114,8 @@ def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None,
     anchor: the pre-training data (a `train.EpisodeArrays` split, read with the bundle's stats) whose
     DT loss joins every step at `cfg.anchor_weight`."""
     from pmoss.contracts.schedule import Schedule
-    from pmoss.learn.dt import action_losses
     from pmoss.data.state import as_tensors, machine_arrays
+    from pmoss.learn.dt import action_losses
     from pmoss.sim import load_sim_machine, throughput
 
     torch.manual_seed(cfg.seed)
@@ -240,17 +240,19 @@ def improve_command(
 
 def _anchor_set(path: Path, bundle: Bundle) -> Any:
     """The anchor dataset's training split, normalised with the bundle's stats (what the policy reads)."""
-    from pmoss.data.dataset import load_tokens
+    from pmoss.data.tokens import Stats
     from pmoss.learn.train import EpisodeArrays
 
     if bundle.info.get("algo", "dt") != "dt":
         raise ImproveError(f"--anchor {path}: the anchor is the Decision Transformer's loss; this bundle is '{bundle.info.get('algo')}'")
-    if not (path / "tokens.parquet").exists():
-        raise ImproveError(f"--anchor {path}: no tokens.parquet there (a tokenised dataset: pmoss dataset build)")
-    n = load_tokens(path)[1].n_slices
+    stats = path / "stats.json"  # its slice count first: episodes of another count would not even reshape
+    n = Stats.from_json(stats.read_text(), source=str(stats)).n_slices if stats.is_file() else bundle.config.n_slices
     if n != bundle.config.n_slices:
         raise ImproveError(f"--anchor {path}: episodes of {n} slices; the model was trained on {bundle.config.n_slices}")
-    data = EpisodeArrays(path, "train", bundle.stats)
+    try:
+        data = EpisodeArrays(path, "train", bundle.stats)
+    except ContractError as e:  # not a dataset, or a damaged one: load_tokens says which file
+        raise ImproveError(f"--anchor {path}: {e}") from None
     if len(data) == 0:
         raise ImproveError(f"--anchor {path}: its training split has no episode")
     return data
