@@ -82,5 +82,5 @@ def summary_command(
     plots = "  ".join(str(eval_dir / p) for p in PLOTS if (eval_dir / p).exists())
     say(f"plots:      {plots or '-'}   (dvc plots show: speedup per cell, training loss)")
     say("next:       pmoss registry list  |  pmoss registry promote --eval datasets/pools/eval-tiny.yaml")
-    say("compare:    dvc exp show --only-changed --drop '.*/.*|unseen\\..*'  |  dvc plots diff")
+    say("compare:    dvc exp show --only-changed --drop '.*/.*|unseen\\..*|.*\\.(vs_one_core|cells_ge_best|own_picks|inits|vs_best_.*)'  |  dvc plots diff")
     say(f"browse:     mlflow ui --backend-store-uri {tracking_uri or default_tracking_uri()}")
