@@ -110,12 +110,13 @@ def test_splits_keep_validation_and_unseen_out_of_every_training_pool():
     ranges = sorted(GENERATED_SPLITS.values())
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # disjoint
     training = [p for p in sorted(POOLS.glob("*.yaml")) if "episodes_per_cell" in yaml.safe_load(p.read_text())]
-    assert {"tiny.yaml", "paper.yaml", "tiny-generated.yaml"} <= {p.name for p in training}
+    assert {"tiny.yaml", "paper.yaml", "tiny-generated.yaml", "paper-generated.yaml"} <= {p.name for p in training}
     for p in training:
         check_training_machines(load_pool(p).machines, str(p))
     assert any(m.startswith("gen-") for m in load_pool(POOLS / "tiny-generated.yaml").machines)
-    val = load_model(EvalConfig, POOLS / "val-generated.yaml").machines
-    assert val and all(split_of(int(m.removeprefix("gen-"))) == "validation" for m in val)
+    for name in ("val-generated.yaml", "val-demo.yaml", "val-grid.yaml"):  # what chooses the served policy
+        val = [m for m in load_model(EvalConfig, POOLS / name).machines if m.startswith("gen-")]
+        assert val and all(split_of(int(m.removeprefix("gen-"))) == "validation" for m in val), name
     unseen = load_model(EvalConfig, POOLS / "eval-unseen-full.yaml").machines
     assert set(UNSEEN_MACHINES) <= set(unseen)
     gens = [m for m in unseen if m.startswith("gen-")]
