@@ -114,7 +114,7 @@ def test_splits_keep_validation_and_unseen_out_of_every_training_pool():
     for p in training:
         check_training_machines(load_pool(p).machines, str(p))
     assert any(m.startswith("gen-") for m in load_pool(POOLS / "tiny-generated.yaml").machines)
-    for name in ("val-generated.yaml", "val-demo.yaml", "val-grid.yaml"):  # what chooses the served policy
+    for name in ("val-generated.yaml", "val-generated-2.yaml", "val-demo.yaml", "val-grid.yaml"):  # what chooses the served policy
         val = [m for m in load_model(EvalConfig, POOLS / name).machines if m.startswith("gen-")]
         assert val and all(split_of(int(m.removeprefix("gen-"))) == "validation" for m in val), name
     unseen = load_model(EvalConfig, POOLS / "eval-unseen-full.yaml").machines
