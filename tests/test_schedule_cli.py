@@ -26,3 +26,22 @@ def test_schedule_from_snapshot(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pmoss", "schedule", "--model", str(model), "--snapshot", str(tmp_path / "snap.parquet"),
                           "--episode", "nope"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 1 and "no episode 'nope'" in bad.stderr
+
+
+def test_the_load_cap_is_the_users_to_set_or_switch_off(tmp_path):
+    """A hot slice under a tight cap must be spread; with the cap off the untrained policy need not."""
+    m = load_sim_machine("intel-skx-4s")
+    row = simulate(m, get_workload("ycsb-c"), "dense", generate("os-default", m, 32), seed=1, n_records=1_000_000)
+    write_parquet_atomic(episodes_to_table([row]), tmp_path / "snap.parquet")
+    model = _bundle(tmp_path / "model")
+    base = [sys.executable, "-m", "pmoss", "schedule", "--model", str(model), "--snapshot", str(tmp_path / "snap.parquet")]
+    out = {}
+    for name, flags in {"tight": ["--load-cap", "0.5"], "off": ["--no-load-cap"]}.items():
+        r = subprocess.run([*base, *flags, "-o", str(tmp_path / f"{name}.json")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        out[name] = load_schedule(tmp_path / f"{name}.json", m)
+    assert out["tight"].core != out["off"].core or out["tight"].width != out["off"].width
+    both = subprocess.run([*base, "--load-cap", "1", "--no-load-cap"], capture_output=True, text=True, timeout=120)
+    assert both.returncode == 1 and "give one" in both.stderr
+    zero = subprocess.run([*base, "--load-cap", "0"], capture_output=True, text=True, timeout=120)
+    assert zero.returncode == 2 and "--load-cap" in zero.stderr

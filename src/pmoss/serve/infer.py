@@ -23,6 +23,8 @@ def schedule_command(
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     target_factor: Annotated[float, typer.Option(help="Initial return-to-go as a multiple of the best throughput seen (paper: 2).")] = 2.0,
     cap: Annotated[Optional[int], typer.Option(help="At most this many slices per core (default: the fair share, ceil(slices / workers)).")] = None,
+    load_cap: Annotated[Optional[float], typer.Option(help="No worker above this many times its fair share of the snapshot's queries (default: the bundle's, else LOAD_CAP, 1.0).")] = None,
+    no_load_cap: Annotated[bool, typer.Option("--no-load-cap", help="Switch the load cap off: only the slice cap masks the policy.")] = False,
     score_sim: Annotated[bool, typer.Option(help="best-of-k: rank samples by simulated throughput (simulated machines only).")] = False,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the schedule JSON here (default: stdout).")] = None,
 ) -> None:
@@ -36,6 +38,10 @@ def schedule_command(
 
     if mode not in (None, "greedy", "sample", "best-of-k"):
         raise ContractError(f"--mode: '{mode}' is not greedy, sample or best-of-k")
+    if load_cap is not None and load_cap <= 0:
+        raise typer.BadParameter(f"{load_cap} is not above 0 (--no-load-cap switches the cap off)", param_hint="'--load-cap'")
+    if no_load_cap and load_cap is not None:
+        raise ContractError("--load-cap and --no-load-cap: give one")
     rows = read_raw(snapshot).to_pylist()
     row = next((r for r in rows if episode in (None, r["episode_id"])), None)
     if row is None:
@@ -52,6 +58,8 @@ def schedule_command(
 
     own = bundle.info.get("inference", {})  # e.g. dt-critic: best-of-k ranked by its critic
     settings = {**own, "target_factor": target_factor, "cap": cap} if mode is None else {"mode": mode, "k": k, "temperature": temperature, "target_factor": target_factor, "cap": cap}
+    if no_load_cap or load_cap is not None:  # the masks are inference-only rules a user may change or switch off
+        settings["load_cap"] = None if no_load_cap else load_cap
     sched = propose(bundle, m, row, score=score, **settings)  # type: ignore[arg-type]
     if output is None:
         typer.echo(json.dumps(sched.model_dump(mode="json")))
