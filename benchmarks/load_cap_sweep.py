@@ -27,11 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pmoss.bench import write_record
+from pmoss.bench import validation_sets, write_record
 from pmoss.contracts.errors import ContractError
-from pmoss.contracts.io import load_model_with_flags
 from pmoss.contracts.schedule import LOAD_CAP
-from pmoss.evaluate import EVAL_SEED_BASE, MASK_CONTROL, EvalConfig, evaluate_cells, fold_mask_inits, mask_inits_of
+from pmoss.evaluate import MASK_CONTROL, evaluate_cells, fold_mask_inits, mask_inits_of
 from pmoss.learn.bundle import load_bundle
 
 
@@ -60,14 +59,10 @@ def main() -> None:
         ap.error(f"--caps {a.caps}: positive numbers")
     if a.reference_cap not in caps:
         ap.error(f"--reference-cap {a.reference_cap}: not among --caps {a.caps}")
-    sets = {}
-    for path in a.val:
-        try:
-            sets[path.name] = load_model_with_flags(EvalConfig, path, {"oracle": False})
-        except ContractError as e:
-            ap.error(str(e))
-        if sets[path.name].seed_base == EVAL_SEED_BASE:
-            ap.error(f"{path}: seed_base is the evaluation's ({EVAL_SEED_BASE}); pass a validation set")
+    try:
+        sets = validation_sets(a.val)
+    except ContractError as e:
+        ap.error(str(e))
     specs = dict(m.split("=", 1) for m in a.model)
     models = {name: load_bundle(Path(d)) for name, d in specs.items()}
 

@@ -31,10 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pmoss.bench import write_record
+from pmoss.bench import validation_sets, write_record
 from pmoss.contracts.errors import ContractError
-from pmoss.contracts.io import load_model_with_flags
-from pmoss.evaluate import EVAL_SEED_BASE, EvalConfig, evaluate_cells, mask_inits_of
+from pmoss.evaluate import evaluate_cells, mask_inits_of
 from pmoss.learn.bundle import load_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,14 +69,10 @@ def main() -> None:
     if a.seeds < 1:
         ap.error(f"--seeds {a.seeds}: at least 1")
 
-    sets = {}
-    for path in a.val:
-        try:
-            sets[path.name] = load_model_with_flags(EvalConfig, path, {"oracle": False})
-        except ContractError as e:
-            ap.error(str(e))
-        if sets[path.name].seed_base == EVAL_SEED_BASE:
-            ap.error(f"{path}: seed_base is the evaluation's ({EVAL_SEED_BASE}); pass a validation set")
+    try:
+        sets = validation_sets(a.val)
+    except ContractError as e:
+        ap.error(str(e))
     a.work.mkdir(parents=True, exist_ok=True)
     seeds = list(range(a.seeds))
     train_s = {}
