@@ -27,11 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pmoss.bench import validation_sets, write_record
+from pmoss.bench import write_record
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.schedule import LOAD_CAP
 from pmoss.evaluate import MASK_CONTROL, evaluate_cells, fold_mask_inits, mask_inits_of
 from pmoss.learn.bundle import load_bundle
+from _validation import validation_sets  # benchmarks/_validation.py, beside this script
 
 
 def with_cap(bundle, cap: float):

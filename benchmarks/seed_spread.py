@@ -31,10 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pmoss.bench import validation_sets, write_record
+from pmoss.bench import write_record
 from pmoss.contracts.errors import ContractError
 from pmoss.evaluate import evaluate_cells, mask_inits_of
 from pmoss.learn.bundle import load_bundle
+from _validation import validation_sets  # benchmarks/_validation.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 

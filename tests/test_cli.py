@@ -73,7 +73,7 @@ def test_malformed_pool_names_field(tmp_path):
     assert r.returncode == 1 and "field 'mix'" in r.stderr
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in (Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py")))
+@pytest.mark.parametrize("script", sorted(p.name for p in (Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py") if not p.name.startswith("_")))  # _*.py: helpers
 def test_every_benchmark_answers_help_without_running(script):
     """`--help` prints usage and leaves the records alone (bench_inference.py once ran, and recorded '--help' as its command)."""
     root = Path(__file__).resolve().parents[1]

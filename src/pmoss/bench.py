@@ -25,21 +25,6 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
-def validation_sets(paths: Sequence[Path]) -> dict:
-    """{file name: EvalConfig} of validation sets for a research harness (no oracle); a set with the
-    evaluation's seed base is refused (ContractError naming it): choices never read evaluation seeds."""
-    from pmoss.contracts.errors import ContractError
-    from pmoss.contracts.io import load_model_with_flags
-    from pmoss.evaluate import EVAL_SEED_BASE, EvalConfig
-
-    sets = {}
-    for path in paths:
-        sets[path.name] = load_model_with_flags(EvalConfig, path, {"oracle": False})
-        if sets[path.name].seed_base == EVAL_SEED_BASE:
-            raise ContractError(f"{path}: seed_base is the evaluation's ({EVAL_SEED_BASE}); pass a validation set")
-    return sets
-
-
 def machine_summary() -> str:
     import os
 
