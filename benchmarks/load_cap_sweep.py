@@ -22,25 +22,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
-import numpy as np
 
 from pmoss.bench import write_record
 from pmoss.contracts.errors import ContractError
 from pmoss.contracts.schedule import LOAD_CAP
 from pmoss.evaluate import MASK_CONTROL, evaluate_cells, fold_mask_inits, mask_inits_of
 from pmoss.learn.bundle import load_bundle
-from _validation import validation_sets  # benchmarks/_validation.py, beside this script
+from _research import geo, validation_sets  # benchmarks/_research.py, beside this script
 
 
 def with_cap(bundle, cap: float):
     return dataclasses.replace(bundle, info={**bundle.info, "inference": {**bundle.info.get("inference", {}), "load_cap": cap}})
-
-
-def geo(xs: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(xs))))
 
 
 def main() -> None:
@@ -87,10 +81,7 @@ def main() -> None:
         value=mean_over_sets[best], unit="x best baseline", baseline=f"{first} at load cap {a.reference_cap}",
         baseline_value=mean_over_sets[str(a.reference_cap)], models=specs, caps=caps, mask_inits=a.inits, geo_mean=table,
     )  # fmt: skip
-    if a.out:
-        a.out.write_text(json.dumps(record, indent=1) + "\n")
-    else:
-        write_record(**record)
+    write_record(**record, out=a.out)
 
 
 if __name__ == "__main__":

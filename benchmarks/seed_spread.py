@@ -21,7 +21,6 @@ so nothing here reads an evaluation seed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -29,13 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 from pmoss.bench import write_record
 from pmoss.contracts.errors import ContractError
 from pmoss.evaluate import evaluate_cells, mask_inits_of
 from pmoss.learn.bundle import load_bundle
-from _validation import validation_sets  # benchmarks/_validation.py, beside this script
+from _research import geo, validation_sets  # benchmarks/_research.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,10 +48,6 @@ def train(data: Path, out: Path, config: Path, steps: int, seed: int, work: Path
     subprocess.run([str(pmoss), "train", str(data), "--output", str(out), "--config", str(config), "--max-steps", str(steps),
                     "--seed", str(seed), "--quiet"], check=True, env=env)  # fmt: skip
     return time.perf_counter() - t0
-
-
-def geo(xs: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(xs))))
 
 
 def main() -> None:
@@ -111,10 +105,7 @@ def main() -> None:
         baseline=f"mask-only (the first policy's network untrained), median over {len(seeds)} initialisations",
         baseline_value=statistics.median(msk_all), policy_per_seed=pol_all, mask_only_per_init=msk_all, train_s=train_s, sets=report,
     )  # fmt: skip
-    if a.out:
-        a.out.write_text(json.dumps(record, indent=1) + "\n")
-    else:
-        write_record(**record)
+    write_record(**record, out=a.out)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ def test_each_cap_masks_the_policy_and_mask_only(tmp_path):
     assert set(tight) == {"p", "mask-only"} and all(v > 0 for v in (*tight.values(), *loose.values()))
     assert tight != loose  # the cap reaches the rollout (a cap of 100 fair shares binds nothing)
     assert rec["baseline_value"] == pytest.approx(loose["p"])
+    assert {"machine", "date", "command"} <= set(rec)  # a trial run (--out) is a record like the others
 
 
 def test_an_evaluation_set_or_an_unswept_reference_is_refused(tmp_path):

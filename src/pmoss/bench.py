@@ -31,8 +31,9 @@ def machine_summary() -> str:
     return f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}"
 
 
-def write_record(name: str, metric: str, value: float, unit: str, baseline: str, baseline_value: float, **extra: object) -> Path:
-    """Write benchmarks/results/NAME.json; ratio = value / baseline_value."""
+def write_record(name: str, metric: str, value: float, unit: str, baseline: str, baseline_value: float, *, out: Path | None = None,
+                 **extra: object) -> Path:  # fmt: skip
+    """Write benchmarks/results/NAME.json (or `out`, a trial run that leaves the records alone); ratio = value / baseline_value."""
     record = {
         "name": name, "metric": metric, "value": value, "unit": unit,
         "baseline": baseline, "baseline_value": baseline_value,
@@ -40,8 +41,8 @@ def write_record(name: str, metric: str, value: float, unit: str, baseline: str,
         "machine": machine_summary(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]), **extra,
     }  # fmt: skip
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = out or RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record))
     return path

@@ -1,8 +1,10 @@
-"""The validation sets a research harness in benchmarks/ may read (seed_spread.py, load_cap_sweep.py):
-choices are made on validation seeds, never on the evaluation's."""
+"""What the research harnesses in benchmarks/ share (seed_spread.py, load_cap_sweep.py): the
+validation sets they may read (choices are made on validation seeds, never on the evaluation's) and
+the geo-mean they report."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,3 +22,7 @@ def validation_sets(paths: Sequence[Path]) -> dict:
         if sets[path.name].seed_base == EVAL_SEED_BASE:
             raise ContractError(f"{path}: seed_base is the evaluation's ({EVAL_SEED_BASE}); pass a validation set")
     return sets
+
+
+def geo(xs: Sequence[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
