@@ -131,6 +131,24 @@ def test_critic_tokens_without_return():
         DTConfig(rtg_token=False)
 
 
+def test_critic_trimmed_last_block_equals_full():
+    """Inference's critic (value(trim=True): the last block at the action tokens only) predicts what
+    the full last block does, for either token layout, several schedules at once, and more than one layer."""
+    m = small_machine(nodes=2, cpus_per_node=6)
+    mt = {k: v.expand(3, *v.shape[1:]) for k, v in _batched(m).items()}
+    rng = np.random.default_rng(4)
+    groups = torch.cat([_episode(m, rng)[0] for _ in range(3)])
+    share = torch.as_tensor(rng.dirichlet(np.ones(N)), dtype=torch.float32).expand(3, -1)
+    feats, meta = torch.randn(3, N, len(SLICE_FEATURES)), torch.randn(3, len(META_NAMES))
+    for rtg_token in (False, True):
+        torch.manual_seed(1)
+        cfg = dataclasses.replace(_bundle(m).config, use_return=False, value_head=True, rtg_token=rtg_token, n_layer=2)
+        model = DecisionTransformer(cfg).eval()
+        with torch.no_grad():
+            full, trimmed = (model.value(meta, *schedule_path(groups, feats, share, mt), trim=t) for t in (False, True))
+        assert torch.allclose(full, trimmed, rtol=1e-5, atol=1e-6) and not torch.allclose(full[0], full[1])
+
+
 def test_kv_rollout_matches_full_forward():
     m = small_machine(nodes=2, cpus_per_node=6)
     b = _bundle(m, seed=3)

@@ -97,7 +97,7 @@ def predict_returns(bundle: Bundle, machine: Machine, row: dict[str, Any], sched
     m = {k: v.unsqueeze(0).expand(K, *v.shape) for k, v in as_tensors(arrays).items()}
     summary, chosen = schedule_path(groups, feats.expand(K, *feats.shape), torch.as_tensor(share, dtype=torch.float32).expand(K, -1), m,
                                     sparse_groups(arrays.member))  # fmt: skip
-    return np.mean([b.model().value(meta.expand(K, -1), summary, chosen).numpy() for b in (bundle, *bundle.members)], axis=0)
+    return np.mean([b.model().value(meta.expand(K, -1), summary, chosen, trim=True).numpy() for b in (bundle, *bundle.members)], axis=0)
 
 
 def snapshot_stats(raw: Path, dataset: Path, tokens: pa.Table, stats: Stats, machines: dict[str, Machine]) -> Stats:

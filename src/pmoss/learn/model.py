@@ -128,6 +128,22 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+def _block_at(block: Block, x: torch.Tensor, k: int) -> torch.Tensor:
+    """`block(x)[:, k::k]` computing only those rows: every token's keys and values, the action
+    tokens' queries and MLP. The critic reads nothing else of its last block, so at inference this
+    skips 2/3 (3 tokens a slice) of its attention and MLP: 0.21 -> 0.15 s for a 3-member grid
+    critic on 10 candidates of 256 slices (issue #39); equal to the full block up to float rounding (test)."""
+    B, T, C = x.shape
+    H = block.attn.n_head
+    q, key, v = block.attn.qkv(block.ln1(x)).split(C, dim=2)
+    rows = torch.arange(k, T, k, device=x.device)
+    q, key, v = (t.reshape(B, -1, H, C // H).transpose(1, 2) for t in (q[:, rows], key, v))  # [B, H, n|T, D]
+    causal = torch.arange(T, device=x.device)[None, :] <= rows[:, None]  # [n, T]
+    y = F.scaled_dot_product_attention(q, key, v, attn_mask=causal).transpose(1, 2).reshape(B, len(rows), C)
+    x = x[:, rows] + block.attn.proj(y)
+    return x + block.mlp(block.ln2(x))
+
+
 class GroupHead(nn.Module):
     """Pointer scores over candidate groups (additive attention): score_g = v . gelu(W_g x_g + W_h h).
     Its size depends on nothing machine-specific, so one model scores any machine's groups."""
@@ -203,16 +219,23 @@ class DecisionTransformer(nn.Module):
             h = torch.gather(h, 1, steps[..., None].expand(-1, -1, h.shape[-1]))
         return self.head(h, groups, valid)
 
-    def value(self, meta: torch.Tensor, summary: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+    def value(self, meta: torch.Tensor, summary: torch.Tensor, chosen: torch.Tensor, *, trim: bool = False) -> torch.Tensor:
         """Predicted scaled return [B] of whole schedules (value_head models): meta [B, M], summary
-        [B, N, S] and chosen [B, N, D] of every slice, teacher forced as in `forward`."""
+        [B, N, S] and chosen [B, N, D] of every slice, teacher forced as in `forward`. trim
+        (inference): the last block at the action tokens only (`_block_at`); training and its
+        validation keep the full block, so their arithmetic is what it was bit for bit."""
         assert self.value_head is not None, "value() needs a model built with value_head=True"
         rtg = torch.zeros(summary.shape[:2], dtype=summary.dtype, device=summary.device) if self.cfg.rtg_token else None
         x = self.drop(torch.cat([self.embed_meta(meta).unsqueeze(1), self.step_tokens(rtg, summary, chosen)], dim=1))
-        for block in self.blocks:
-            x = block(x)
         k = 3 if self.cfg.rtg_token else 2  # tokens a slice
-        a = self.ln_f(x[:, k::k])  # hidden states at the action tokens, [B, N, E]
+        if not trim:
+            for block in self.blocks:
+                x = block(x)
+            a = self.ln_f(x[:, k::k])  # hidden states at the action tokens, [B, N, E]
+        else:
+            for block in self.blocks[:-1]:
+                x = block(x)
+            a = self.ln_f(_block_at(self.blocks[-1], x, k))
         return self.value_head(torch.cat([a[:, -1], a.mean(1)], -1)).squeeze(-1)
 
     def action_token(self, chosen: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
