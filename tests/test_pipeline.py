@@ -37,7 +37,12 @@ def _tiny_pipeline(tmp_path: Path, episodes: int, n_slices: int, pretrain_steps:
     params["pretrain"]["max_steps"] = pretrain_steps
     params["finetune"].update(episodes_per_cell=episodes // 2, max_steps=10, critic_steps=10)
     params["baselines"]["max_steps"] = 10
-    params["critic"].update(max_steps=10, k=4)
+    params["critic"].update(max_steps=10, k=4, episodes_per_cell=episodes)
+    # the critic's pool cut to the demo's machines and one generated machine (its own collection)
+    critic = yaml.safe_load((tmp_path / params["critic"]["pool"]).read_text())
+    critic["machines"] = [*critic["machines"][:2], "gen:0-0"]
+    (tmp_path / "datasets/pools/critic-ci.yaml").write_text(yaml.safe_dump(critic))
+    params["critic"]["pool"] = "datasets/pools/critic-ci.yaml"
     params["evaluate"]["n_slices"] = n_slices
     params["improve"]["iters"] = 6
     # the unseen set cut to two machines (one written from a spec, one generated from the held-back
