@@ -233,6 +233,7 @@ class DecisionTransformer(nn.Module):
                 x = block(x)
             a = self.ln_f(x[:, k::k])  # hidden states at the action tokens, [B, N, E]
         else:
+            assert not self.training, "value(trim=True) skips the last block's dropout: call it on a model in eval mode"
             for block in self.blocks[:-1]:
                 x = block(x)
             a = self.ln_f(_block_at(self.blocks[-1], x, k))
