@@ -329,3 +329,21 @@ def test_propose_measures_the_candidate_pool_from_training_snapshots(sim_data, t
     assert propose(with_history({cell: {target: 1.0}}), m, row, **paired.info["inference"]).provenance["pick"] == target
     elsewhere = propose(with_history({"elsewhere|ycsb-c": {target: 1.0}}), m, row, **paired.info["inference"]).provenance
     assert candidate_kind(elsewhere["pick"]) == own and "history_weight" not in elsewhere
+
+
+def test_a_capped_validation_pass_leaves_the_weights_alone(sim_data, tmp_path, monkeypatch):
+    """val_items caps what a validation pass reads (the critic's split grows with its pool). The
+    loss is a monitor and the model the last step's, so a capped pass must train the same bits."""
+    raw, data = sim_data
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    weights, curves = [], []
+    for cap in (None, 3):
+        cfg = tmp_path / f"critic-{cap}.yaml"
+        cfg.write_text(yaml.safe_dump({**TINY, "max_steps": 4, "val_every": 2, "val_items": cap, "model": {**TINY["model"], "dropout": 0.1},
+                                       "critic": {"contexts": 2, "group": 2, "stats": "snapshots"}}))  # fmt: skip
+        out = tmp_path / f"critic-{cap}"
+        pmoss("train", str(data), "-o", str(out), "--algo", "critic", "--config", str(cfg), "--snapshots", str(raw), "--quiet")
+        weights.append(load_bundle(out).state_dict)
+        curves.append((out / "val-loss.csv").read_text())
+    assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert curves[0] != curves[1]  # the cap did cut the pass: its loss is over 3 items, not the split

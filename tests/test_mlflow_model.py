@@ -49,7 +49,7 @@ def test_version_is_the_model_its_training_run_logged(tmp_path, client):
 
     metrics = tmp_path / "metrics.json"
     metrics.write_text(json.dumps({"source": "sim", "n_cells": 1, "dt-base": {"vs_best": 1.05, "cells_ge_best": 1}}))
-    versions, chosen = register_models([f"dt-base={tmp_path / 'base'}"], "pmoss-dt", metrics)
+    versions, chosen, _ = register_models([f"dt-base={tmp_path / 'base'}"], "pmoss-dt", metrics)
     v = client.get_model_version("pmoss-dt", str(versions["dt-base"]))
     assert v.run_id == run.info.run_id  # registered from the training run, no copy in a register-* run
     assert v.tags["training_run"] == run.info.run_id and v.tags["eval.vs_best"] == "1.05"

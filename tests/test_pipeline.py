@@ -88,8 +88,11 @@ def test_dvc_repro_tiny(tmp_path):
     # the candidate is chosen on the validation seeds (stage validate), never on the evaluation's
     validation = json.loads((tmp_path / "eval/val/metrics.json").read_text())
     assert validation["n_cells"] == 6 and "mask-only" not in validation and "vs_oracle" not in validation["dt-base"]
-    best = max(("dt-base", "dt-improved", "dt-assistant", "dt-critic"), key=lambda p: validation[p]["vs_best"])
-    assert receipt["policy"] == best and receipt["versions"] == {"dt-base": 1, "dt-improved": 2, "dt-assistant": 3, "dt-critic": 4}
+    from pmoss.evaluate import best_policy
+
+    simplest_first = ["dt-base", "dt-improved", "dt-critic", "dt-assistant"]  # the register stage's order
+    best, why = best_policy(validation, simplest_first, json.loads((tmp_path / "eval/val/cells-detail.json").read_text()))
+    assert receipt["policy"] == best and receipt["why"] == why and receipt["versions"] == {p: i + 1 for i, p in enumerate(simplest_first)}
     assert receipt["chosen_by"] == "eval/val/metrics.json"
     import mlflow
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pmoss.contracts.errors import ContractError
 from pmoss.contracts.snapshot import SLICE_FEATURES
 from pmoss.data.state import GROUP_STATIC
 from pmoss.data.tokens import META_NAMES, Stats
@@ -112,7 +113,7 @@ def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path,
     metrics.write_text(json.dumps({"source": "sim", "n_cells": 1, "dt-base": {"vs_best": 0.95, "cells_ge_best": 0},
                                    "dt-assistant": {"vs_best": 0.9, "cells_ge_best": 0}}))  # fmt: skip
     a, b = _bundle(tmp_path, "base"), _bundle(tmp_path, "assistant")
-    versions, chosen = register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics)
+    versions, chosen, _ = register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics)
     assert versions == {"dt-base": 1, "dt-assistant": 2} and chosen == "dt-base"  # the evaluation picks, not the order
     printed = capsys.readouterr()  # MLflow's "Successfully registered model" / "Created version" lines stay off
     assert "registered model" not in (printed.out + printed.err).lower() and "Created version" not in printed.err, printed
@@ -127,7 +128,7 @@ def test_candidate_is_the_best_evaluated_and_tags_hold_its_own_figures(tmp_path,
     # chosen on a validation evaluation: the alias follows it, the tags keep the evaluation's figures
     val = tmp_path / "eval" / "val.json"
     val.write_text(json.dumps({"source": "sim", "n_cells": 1, "dt-base": {"vs_best": 0.8}, "dt-assistant": {"vs_best": 0.85}}))
-    versions, chosen = register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics, choose_by=val)
+    versions, chosen, _ = register_models([f"dt-base={a}", f"dt-assistant={b}"], "pmoss-dt", metrics, choose_by=val)
     assert versions == {"dt-base": 3, "dt-assistant": 4} and chosen == "dt-assistant"
     assert str(client.get_model_version_by_alias("pmoss-dt", "candidate").version) == "4"
     assert client.get_model_version("pmoss-dt", "4").tags["eval.vs_best"] == "0.9" and "val.json" in client.get_model_version("pmoss-dt", "4").description
@@ -163,3 +164,49 @@ def test_registry_list_is_a_table(tmp_path, store):
 def test_fetch_unknown_model(store):
     with pytest.raises(RegistryError, match="models:/nope@candidate"):
         fetch("models:/nope@candidate")
+
+
+def _detail(ratios: dict[str, list[float]]) -> dict:
+    cells = {f"m{i}|ycsb-c": {f"{p}_vs_best_baseline": r[i] for p, r in ratios.items()} for i in range(len(next(iter(ratios.values()))))}
+    return {"source": "sim", "cells": cells}
+
+
+def _headline(ratios: dict[str, list[float]]) -> dict:
+    import numpy as np
+
+    return {"source": "sim", "n_cells": len(next(iter(ratios.values()))), **{p: {"vs_best": float(np.exp(np.mean(np.log(r))))} for p, r in ratios.items()}}
+
+
+def test_the_simplest_policy_within_one_standard_error_is_chosen():
+    from pmoss.evaluate import best_policy
+
+    # dt-critic 1 % above dt-base on average but up and down by 5 % cell to cell: within one
+    # standard error, so the simpler dt-base (listed first) is chosen; dt-improved is clearly below
+    noisy = {"dt-base": [1.0, 1.0, 1.0, 1.0], "dt-improved": [0.8, 0.8, 0.8, 0.8], "dt-critic": [1.06, 0.96, 1.06, 0.96]}
+    chosen, why = best_policy(_headline(noisy), list(noisy), _detail(noisy))
+    assert chosen == "dt-base" and "within one standard error" in why and "dt-critic" in why
+    # the same mean gap, the same sign in every cell: beyond its standard error, the better one
+    steady = {"dt-base": [1.0, 1.0, 1.0, 1.0], "dt-critic": [1.01, 1.01, 1.01, 1.012]}
+    assert best_policy(_headline(steady), list(steady), _detail(steady))[0] == "dt-critic"
+    # the order given is the order of preference: listed the other way, the noisy dt-critic stays
+    assert best_policy(_headline(noisy), ["dt-critic", "dt-base"], _detail(noisy))[0] == "dt-critic"
+    # without per-cell ratios: the highest geo-mean
+    assert best_policy(_headline(noisy), list(noisy))[0] == "dt-critic"
+    with pytest.raises(ContractError, match=r"cell 'm0\|ycsb-c' has no figure for policy 'dt-assistant'"):
+        best_policy(_headline(noisy) | {"dt-assistant": {"vs_best": 2.0}}, [*noisy, "dt-assistant"], _detail(noisy))
+
+
+def test_register_reads_the_cells_beside_choose_by(tmp_path, store):
+    ratios = {"dt-base": [1.0, 1.0, 1.0, 1.0], "dt-critic": [1.06, 0.96, 1.06, 0.96]}
+    val = tmp_path / "val" / "metrics.json"
+    val.parent.mkdir()
+    val.write_text(json.dumps(_headline(ratios)))
+    a, b = _bundle(tmp_path, "base"), _bundle(tmp_path, "critic")
+    _, chosen, why = register_models([f"dt-base={a}", f"dt-critic={b}"], "pmoss-dt", val)
+    assert chosen == "dt-critic" and "highest geometric mean" in why  # no cells-detail.json beside it
+    (val.parent / "cells-detail.json").write_text(json.dumps(_detail(ratios)))
+    _, chosen, why = register_models([f"dt-base={a}", f"dt-critic={b}"], "pmoss-dt", val)
+    assert chosen == "dt-base" and "one standard error" in why
+    (val.parent / "cells-detail.json").write_text(json.dumps(_detail({"dt-base": [1.0] * 4})))
+    with pytest.raises(RegistryError, match="cells-detail.json: .*no figure for policy 'dt-critic'"):
+        register_models([f"dt-base={a}", f"dt-critic={b}"], "pmoss-dt", val)

@@ -305,13 +305,38 @@ def policy_figures(headline: dict[str, Any]) -> dict[str, dict[str, float]]:
     return {k: v for k, v in headline.items() if isinstance(v, dict)}
 
 
-def best_policy(headline: dict[str, Any], policies: list[str]) -> str:
-    """The policy among `policies` with the highest geometric mean vs the best baseline."""
+def best_policy(headline: dict[str, Any], policies: list[str], detail: dict[str, Any] | None = None) -> tuple[str, str]:
+    """The policy to serve among `policies`, listed simplest first, and why.
+
+    Without per-cell ratios (`detail`, an evaluation's cells-detail.json) the highest geometric
+    mean vs the best baseline. With them, the one-standard-error rule (Hastie, Tibshirani and
+    Friedman, The Elements of Statistical Learning, 7.10): the first of `policies` whose geo-mean
+    is within one standard error of the highest one's, the error of the mean over cells of their
+    paired log-ratio. A validation set of tens of cells cannot tell policies a percent apart, and
+    there the simpler policy (fewer stages to train, less inference time) is the better bet.
+    """
     per = policy_figures(headline)
     missing = [p for p in policies if p not in per]
     if missing:
         raise ContractError(f"metrics: policy '{missing[0]}' is not evaluated (have: {', '.join(per)})")
-    return max(policies, key=lambda p: per[p]["vs_best"])
+    top = max(policies, key=lambda p: per[p]["vs_best"])
+    if detail is None:
+        return top, f"the highest geometric mean vs the best baseline ({per[top]['vs_best']:.4g})"
+    cells = detail.get("cells", {})
+    col = "{}_vs_best_baseline"
+    absent = [(c, p) for c in cells for p in policies if col.format(p) not in cells[c]]
+    if absent:
+        raise ContractError(f"cells-detail: cell '{absent[0][0]}' has no figure for policy '{absent[0][1]}'")
+    log = {p: np.log([cells[c][col.format(p)] for c in cells]) for p in policies}
+    for p in policies:
+        gap = log[top] - log[p]
+        se = float(gap.std(ddof=1) / np.sqrt(len(gap))) if len(gap) > 1 else 0.0
+        if p == top or gap.mean() <= se:
+            break
+    if p == top:
+        return top, f"the highest geometric mean vs the best baseline ({per[top]['vs_best']:.4g}); no simpler policy within one standard error of it"
+    return p, (f"the simplest policy within one standard error of the highest geometric mean vs the best baseline "
+               f"({top} {per[top]['vs_best']:.4g}; {p} {per[p]['vs_best']:.4g}, mean log-ratio gap {gap.mean():.4f} <= its standard error {se:.4f} over {len(gap)} cells)")
 
 
 def speedup_rows(cells: dict[str, dict[str, float]], baselines: list[str]) -> list[dict[str, Any]]:

@@ -55,6 +55,10 @@ class TrainConfig(BaseModel):
     warmup: int = 100
     grad_clip: float = 1.0
     val_every: int = 100  # steps between validation passes (and checkpoints)
+    # items a validation pass reads at most, evenly spaced over the split (None: all). The loss is a
+    # monitor (the model is the last step's), and the critic's split grows with its pool: read
+    # whole, the paper grid's passes were 60 % of its critic training
+    val_items: int | None = Field(default=None, ge=1)
     seed: int = 0
     num_workers: int = 0  # data loader processes
     loss_steps: int | None = 32  # slices per episode whose action loss a training step scores (None: all; validation: all)

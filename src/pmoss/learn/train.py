@@ -217,7 +217,10 @@ def build_datamodule(path: Path, cfg: TrainConfig, stats: Stats | None = None, a
             return torch.utils.data.DataLoader(self.train_set, batch_sampler=sampler, num_workers=cfg.num_workers, generator=torch.Generator())
 
         def val_dataloader(self):
-            return torch.utils.data.DataLoader(self.val_set, batch_size=cfg.batch_size, num_workers=cfg.num_workers, generator=torch.Generator())
+            val: torch.utils.data.Dataset = self.val_set
+            if cfg.val_items is not None and len(self.val_set) > cfg.val_items:
+                val = torch.utils.data.Subset(self.val_set, np.linspace(0, len(self.val_set) - 1, cfg.val_items).round().astype(int).tolist())
+            return torch.utils.data.DataLoader(val, batch_size=cfg.batch_size, num_workers=cfg.num_workers, generator=torch.Generator())
 
     return TokensDataModule()
 

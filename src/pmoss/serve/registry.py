@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from pmoss.contracts.checksum import file_digest
-from pmoss.contracts.errors import PmossError, brief
+from pmoss.contracts.errors import ContractError, PmossError, brief
 from pmoss.contracts.io import atomic_write_text
 from pmoss.learn.bundle import BUNDLE_FILE, load_bundle
 from pmoss.learn.tracking import ensure_experiment, mlflow_client, without_mlflow_prints
@@ -122,11 +122,13 @@ def _evaluation_files(metrics: Path | None) -> list[Path]:
 
 
 def register_models(models: list[str], name: str, metrics: Path | None, alias: str = "candidate", dataset: Path | None = None,
-                    choose_by: Path | None = None) -> tuple[dict[str, int], str]:  # fmt: skip
-    """Register every `POLICY=DIR` (or `DIR`) as a version of `name`; `alias` goes to the one with
-    the best geo-mean vs the best baseline in `choose_by` (a validation evaluation; default
-    `metrics`), not to the last registered. Each version is tagged with its figures in `metrics`.
-    Returns {policy: version} and the policy that got the alias."""
+                    choose_by: Path | None = None) -> tuple[dict[str, int], str, str]:  # fmt: skip
+    """Register every `POLICY=DIR` (or `DIR`) as a version of `name`; `alias` goes to the one
+    `choose_by` (a validation evaluation; default `metrics`) picks by `evaluate.best_policy`, not to
+    the last registered: with the per-cell ratios beside it (cells-detail.json), the first of the
+    models as listed (simplest first) within one standard error of the best geo-mean vs the best
+    baseline; without them, the best geo-mean. Each version is tagged with its figures in `metrics`.
+    Returns {policy: version}, the policy that got the alias and why."""
     from pmoss.evaluate import best_policy
 
     specs = [(p, Path(d)) if sep else (None, Path(p)) for p, sep, d in (m.partition("=") for m in models)]
@@ -137,28 +139,33 @@ def register_models(models: list[str], name: str, metrics: Path | None, alias: s
     choose_by = choose_by if choose_by is not None else metrics
     if len(specs) > 1 and (choose_by is None or any(p is None for p, _ in specs)):
         raise RegistryError("several models: pass --metrics (or --choose-by) and name each as POLICY=MODEL_DIR, so an evaluation picks the candidate")
-    chosen = None
+    chosen, reason = None, "it is the only model registered"
     if choose_by is not None and all(p is not None for p, _ in specs):
         for f, headline in headlines.items():
             for p, _ in specs:
                 own_metrics(headline, p, f)  # every name is checked in both files before anything is registered
-        chosen = best_policy(headlines[choose_by], [p for p, _ in specs])  # type: ignore[misc]
+        near = Path(choose_by).with_name("cells-detail.json")
+        detail = read_metrics(near, "--choose-by's per-cell file") if near.is_file() else None
+        try:
+            chosen, reason = best_policy(headlines[choose_by], [p for p, _ in specs], detail)  # type: ignore[misc]
+        except ContractError as e:
+            raise RegistryError(f"{near}: {e}") from None
     chosen = chosen or specs[0][0] or str(specs[0][1])  # one model: it gets the alias
     versions = {}
     for policy, model_dir in specs:
         label = policy or str(model_dir)
-        why = describe(label, chosen, [p or str(d) for p, d in specs], headlines[choose_by] if choose_by is not None and policy else None, alias, choose_by)
+        why = describe(label, chosen, reason, [p or str(d) for p, d in specs], headlines[choose_by] if choose_by is not None and policy else None, alias, choose_by)
         versions[label] = register(model_dir, name, dataset, metrics, alias if label == chosen else None, policy, why)
-    return versions, chosen
+    return versions, chosen, reason
 
 
-def describe(label: str, chosen: str, labels: list[str], headline: dict[str, Any] | None, alias: str, metrics: Path | None) -> str:
+def describe(label: str, chosen: str, reason: str, labels: list[str], headline: dict[str, Any] | None, alias: str, metrics: Path | None) -> str:
     """The version's description: its own figures and why it got `alias` or not (the UI shows the
     description whole, where it cuts tag values short)."""
     from pmoss.evaluate import policy_figures
 
     if headline is None:
-        return f"{label}: registered without an evaluation; alias '{alias}' because it is the only model registered" if label == chosen else f"{label}: registered without an evaluation"
+        return f"{label}: registered without an evaluation; alias '{alias}' because {reason}" if label == chosen else f"{label}: registered without an evaluation"
     per = policy_figures(headline)
 
     def figures(p: str) -> str:
@@ -168,10 +175,10 @@ def describe(label: str, chosen: str, labels: list[str], headline: dict[str, Any
     others = [p for p in labels if p != label]
     if label == chosen:
         rivals = "; ".join(f"{p}: {figures(p)}" for p in others)
-        return (f"{label} is the '{alias}': the best geometric mean over the cells of its throughput vs the best baseline in {metrics} "
+        return (f"{label} is the '{alias}': {reason} in {metrics} "
                 f"({figures(label)}){f', registered together with {rivals}' if rivals else ''}. Simulated testbed (source=sim). "
                 f"`pmoss registry promote` gates it against the heuristics and the champion.")  # fmt: skip
-    return f"{label}: {figures(label)} in {metrics}; not the '{alias}': {chosen} did better there ({figures(chosen)}). Simulated testbed (source=sim)."
+    return f"{label}: {figures(label)} in {metrics}; not the '{alias}': {chosen} is ({reason}; {figures(chosen)}). Simulated testbed (source=sim)."
 
 
 def fetch(uri: str) -> Path:
@@ -199,16 +206,17 @@ def register_command(
     metrics: Annotated[Optional[Path], typer.Option(help="Evaluation metrics.json: each version is tagged with its policy's figures.")] = None,
     choose_by: Annotated[Optional[Path], typer.Option(help="metrics.json of a validation evaluation that decides the alias (default: --metrics); "
                                                             "choose on validation seeds, report on evaluation ones.")] = None,
-    alias: Annotated[str, typer.Option(help="Alias for the best-evaluated of the models (the only one, if one).")] = "candidate",
-    receipt: Annotated[Optional[Path], typer.Option(help="Write {name, version, alias, policy, versions, chosen_by} JSON here (a DVC output).")] = None,
+    alias: Annotated[str, typer.Option(help="Alias for the model --choose-by picks (the only one, if one).")] = "candidate",
+    receipt: Annotated[Optional[Path], typer.Option(help="Write {name, version, alias, policy, versions, chosen_by, why} JSON here (a DVC output).")] = None,
 ) -> None:
-    """Register trained models as new versions; the alias (default `candidate`) goes to the one with
-    the best geometric mean vs the best baseline in --choose-by (default --metrics)."""
-    versions, chosen = register_models(models, name, metrics, alias, dataset, choose_by)
+    """Register trained models as new versions; the alias (default `candidate`) goes to the first of
+    MODELS (list them simplest first) within one standard error of the best geometric mean vs the
+    best baseline in --choose-by (default --metrics), over the cells of its cells-detail.json."""
+    versions, chosen, why = register_models(models, name, metrics, alias, dataset, choose_by)
     if receipt:
         chosen_by = choose_by or metrics
         atomic_write_text(receipt, json.dumps({"name": name, "version": versions[chosen], "alias": alias, "policy": chosen, "versions": versions,
-                                               "chosen_by": str(chosen_by) if chosen_by else None}) + "\n")  # fmt: skip
+                                               "chosen_by": str(chosen_by) if chosen_by else None, "why": why}) + "\n")  # fmt: skip
     for label, v in versions.items():
         typer.echo(f"registered {name} version {v} ({label}){f'  alias {alias}' if label == chosen else ''}")
 

@@ -78,7 +78,7 @@ def summary_command(
         console.print(headline_table(_read_json(unseen, "the evaluate-unseen stage").get("unseen", {}), " on unseen machines (in no training pool)"))
     others = ", ".join(f"v{v} {p}" for p, v in receipt.get("versions", {}).items() if p != receipt.get("policy"))
     say(f"registered: {receipt['name']} version {receipt['version']} ({receipt.get('policy', '?')}) alias [bold]{receipt['alias']}[/bold]"
-        f" (the best geo-mean vs the best baseline in {receipt.get('chosen_by') or 'its evaluation'}){f'; also {others}' if others else ''}")  # fmt: skip
+        f" ({receipt.get('why') or 'the best geo-mean vs the best baseline'} in {receipt.get('chosen_by') or 'its evaluation'}){f'; also {others}' if others else ''}")  # fmt: skip
     plots = "  ".join(str(eval_dir / p) for p in PLOTS if (eval_dir / p).exists())
     say(f"plots:      {plots or '-'}   (dvc plots show: speedup per cell, training loss)")
     say("next:       pmoss registry list  |  pmoss registry promote --eval datasets/pools/eval-tiny.yaml")
