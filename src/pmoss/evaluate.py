@@ -321,7 +321,7 @@ def best_policy(headline: dict[str, Any], policies: list[str], detail: dict[str,
         raise ContractError(f"metrics: policy '{missing[0]}' is not evaluated (have: {', '.join(per)})")
     top = max(policies, key=lambda p: per[p]["vs_best"])
     if detail is None:
-        return top, f"the highest geometric mean vs the best baseline ({per[top]['vs_best']:.4g})"
+        return top, f"the best geo-mean vs the best baseline ({per[top]['vs_best']:.4g})"
     cells = detail.get("cells", {})
     col = "{}_vs_best_baseline"
     absent = [(c, p) for c in cells for p in policies if col.format(p) not in cells[c]]
@@ -334,9 +334,9 @@ def best_policy(headline: dict[str, Any], policies: list[str], detail: dict[str,
         if p == top or gap.mean() <= se:
             break
     if p == top:
-        return top, f"the highest geometric mean vs the best baseline ({per[top]['vs_best']:.4g}); no simpler policy within one standard error of it"
-    return p, (f"the simplest policy within one standard error of the highest geometric mean vs the best baseline "
-               f"({top} {per[top]['vs_best']:.4g}; {p} {per[p]['vs_best']:.4g}, mean log-ratio gap {gap.mean():.4f} <= its standard error {se:.4f} over {len(gap)} cells)")
+        return top, f"the best geo-mean vs the best baseline ({per[top]['vs_best']:.4g}), no simpler policy within one standard error of it"
+    return p, (f"the simplest policy within one standard error of the best geo-mean vs the best baseline: {p} {per[p]['vs_best']:.4g} vs "
+               f"{top} {per[top]['vs_best']:.4g}, mean log-ratio gap {gap.mean():.4f} <= standard error {se:.4f} over {len(gap)} cells")
 
 
 def speedup_rows(cells: dict[str, dict[str, float]], baselines: list[str]) -> list[dict[str, Any]]:
