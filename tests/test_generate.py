@@ -110,8 +110,7 @@ def test_splits_keep_validation_and_unseen_out_of_every_training_pool():
     ranges = sorted(GENERATED_SPLITS.values())
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # disjoint
     training = [p for p in sorted(POOLS.glob("*.yaml")) if "episodes_per_cell" in yaml.safe_load(p.read_text())]
-    assert {"tiny.yaml", "paper.yaml", "tiny-generated.yaml", "paper-generated.yaml", "tiny-generated-critic.yaml",
-            "paper-generated-critic.yaml"} <= {p.name for p in training}
+    assert {"tiny.yaml", "paper.yaml", "tiny-generated.yaml", "paper-generated.yaml"} <= {p.name for p in training}
     for p in training:
         check_training_machines(load_pool(p).machines, str(p))
     assert any(m.startswith("gen-") for m in load_pool(POOLS / "tiny-generated.yaml").machines)

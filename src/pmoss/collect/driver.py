@@ -386,6 +386,7 @@ def collect_command(
     n_slices: Annotated[Optional[int], typer.Option(help="Override the pool's slice count.")] = None,
     search_runs: Annotated[Optional[int], typer.Option(help="Override the pool's oracle searches per cell (kind search; 0 = the paper's mix only).")] = None,
     search_budgets: Annotated[Optional[str], typer.Option(help="Override the pool's search budgets, comma-separated model evaluations (e.g. 250,1000,4000).")] = None,
+    runs_per_shared_kind: Annotated[Optional[int], typer.Option(help="Override the pool's runs of each shared kind per cell (os-default, ...: the snapshots a host starts from).")] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run chunks as Ray tasks (RAY_ADDRESS or --ray-address, else a local cluster).")] = False,
     ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster to attach to (e.g. auto, ray://head:10001); implies --ray.")] = None,
     ray_wait: Annotated[float, typer.Option(help="Seconds without any finished chunk before giving up (names the stuck hosts).")] = RAY_WAIT_S,
@@ -399,7 +400,8 @@ def collect_command(
             budgets = [int(b) for b in search_budgets.split(",")]
         except ValueError:
             raise typer.BadParameter(f"'{search_budgets}': expected comma-separated integers", param_hint="--search-budgets") from None
-    flags = {"episodes_per_cell": episodes_per_cell, "n_slices": n_slices, "search_runs": search_runs, "search_budgets": budgets}
+    flags = {"episodes_per_cell": episodes_per_cell, "n_slices": n_slices, "search_runs": search_runs, "search_budgets": budgets,
+             "runs_per_shared_kind": runs_per_shared_kind}
     pool = load_pool(pool_file, **flags)
     check_memory(pool, lambda f: f"--{f.replace('_', '-')} {flags[f]}" if flags.get(f) is not None else f"{pool_file}: field '{f}'", CHUNK)
     tables: list[pa.Table] = []
