@@ -95,14 +95,20 @@ class CausalSelfAttention(nn.Module):
         return self.resid_drop(self.proj(_attend(self.qkv(x), self.n_head, cache)))
 
 
-def _attend(qkv: torch.Tensor, n_head: int, cache: KVCache | None) -> torch.Tensor:
+def _attend(qkv: torch.Tensor, n_head: int, cache: KVCache | None, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Causal multi-head attention of the new tokens' [B, T, 3C] queries/keys/values (after the cached
-    ones, if any) -> [B, T, C], before the output projection."""
+    ones, if any) -> [B, T, C], before the output projection; with `rows` (no cache), only those
+    tokens' queries -> [B, len(rows), C]."""
     B, T, C3 = qkv.shape
     C = C3 // 3
     q, k, v = qkv.split(C, dim=2)
-    q, k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
-    if cache is not None and cache.length > 0:  # rollout: new tokens attend to all cached ones, causally among themselves
+    if rows is not None:
+        q = q[:, rows]
+    q, k, v = (t.reshape(B, -1, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T|rows, D]
+    if rows is not None:
+        causal = torch.arange(T, device=qkv.device)[None, :] <= rows[:, None]  # [rows, T]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+    elif cache is not None and cache.length > 0:  # rollout: new tokens attend to all cached ones, causally among themselves
         k, v, mask = cache.append(k, v)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if T > 1 else None)
     else:
@@ -111,7 +117,7 @@ def _attend(qkv: torch.Tensor, n_head: int, cache: KVCache | None) -> torch.Tens
         # No dropout on attention weights (departure from minGPT): on CPU it forces the math kernel,
         # which materialises [B, H, T, T] and made a paper-size step 10x slower (docs/model.md).
         y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
-    return y.transpose(1, 2).contiguous().view(B, T, C)  # [B, T, C]
+    return y.transpose(1, 2).reshape(B, -1, C)  # [B, T|rows, C]
 
 
 class Block(nn.Module):
@@ -133,13 +139,8 @@ def _block_at(block: Block, x: torch.Tensor, k: int) -> torch.Tensor:
     tokens' queries and MLP. The critic reads nothing else of its last block, so at inference this
     skips 2/3 (3 tokens a slice) of its attention and MLP: 0.21 -> 0.15 s for a 3-member grid
     critic on 10 candidates of 256 slices (issue #39); equal to the full block up to float rounding (test)."""
-    B, T, C = x.shape
-    H = block.attn.n_head
-    q, key, v = block.attn.qkv(block.ln1(x)).split(C, dim=2)
-    rows = torch.arange(k, T, k, device=x.device)
-    q, key, v = (t.reshape(B, -1, H, C // H).transpose(1, 2) for t in (q[:, rows], key, v))  # [B, H, n|T, D]
-    causal = torch.arange(T, device=x.device)[None, :] <= rows[:, None]  # [n, T]
-    y = F.scaled_dot_product_attention(q, key, v, attn_mask=causal).transpose(1, 2).reshape(B, len(rows), C)
+    rows = torch.arange(k, x.shape[1], k, device=x.device)
+    y = _attend(block.attn.qkv(block.ln1(x)), block.attn.n_head, None, rows)
     x = x[:, rows] + block.attn.proj(y)
     return x + block.mlp(block.ln2(x))
 
