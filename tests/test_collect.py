@@ -247,3 +247,17 @@ def test_runtime_chunks_interleave_kinds_and_report_spread():
     assert by_kind["a"].endswith("best") and "2.10 [2.00-2.20]" in by_kind["a"]
     assert by_kind["b"].endswith("loss")  # 1.0/2.0 .. 1.1/2.2: always below
     assert by_kind["c"].endswith("within noise")  # 2.1/2.0 = 1.05 but 1.5/2.2 = 0.68
+
+
+def test_an_override_plans_the_episodes_of_the_pool_it_stands_for(tmp_path):
+    """`--runs-per-shared-kind` (params critic.runs_per_shared_kind) replaced a copy of the pool
+    with the field changed: the episodes, seeds included, are the copy's, whatever the pool's name."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    pool = yaml.safe_load((root / "datasets/pools/tiny-generated.yaml").read_text())
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(yaml.safe_dump({**pool, "name": "another-name", "runs_per_shared_kind": 4}, sort_keys=False))
+    over = expand(load_pool(root / "datasets/pools/tiny-generated.yaml", runs_per_shared_kind=4))
+    assert over == expand(load_pool(copy))
+    assert len(over) > len(expand(load_pool(root / "datasets/pools/tiny-generated.yaml")))  # four os-default runs a cell, not one
