@@ -21,6 +21,7 @@ import typer
 from pmoss.contracts.checksum import file_digest
 from pmoss.contracts.errors import ContractError, PmossError, brief
 from pmoss.contracts.io import atomic_write_text
+from pmoss.evaluate import DETAIL_FILE
 from pmoss.learn.bundle import BUNDLE_FILE, load_bundle
 from pmoss.learn.tracking import ensure_experiment, mlflow_client, without_mlflow_prints
 
@@ -117,7 +118,7 @@ def _evaluation_files(metrics: Path | None) -> list[Path]:
     """The full evaluation next to a metrics.json: the headline and the per-cell files."""
     if metrics is None:
         return []
-    near = [Path(metrics).with_name(n) for n in ("cells-detail.json", "cells.json")]
+    near = [Path(metrics).with_name(n) for n in (DETAIL_FILE, "cells.json")]
     return [Path(metrics)] + [f for f in near if f.is_file()]
 
 
@@ -144,7 +145,7 @@ def register_models(models: list[str], name: str, metrics: Path | None, alias: s
         for f, headline in headlines.items():
             for p, _ in specs:
                 own_metrics(headline, p, f)  # every name is checked in both files before anything is registered
-        near = Path(choose_by).with_name("cells-detail.json")
+        near = Path(choose_by).with_name(DETAIL_FILE)
         detail = read_metrics(near, "--choose-by's per-cell file") if near.is_file() else None
         try:
             chosen, reason = best_policy(headlines[choose_by], [p for p, _ in specs], detail)  # type: ignore[misc]
