@@ -18,7 +18,7 @@ def _project(tmp_path):
 
 def _outputs(tmp_path, **extra):
     (tmp_path / "eval").mkdir()
-    (tmp_path / "eval/metrics.json").write_text(json.dumps({"source": "sim", "n_cells": 4,
+    (tmp_path / "eval/metrics.json").write_text(json.dumps({"source": "sim", "n_cells": 4, "oracle_cells_ge_best": 3,
         "dt-base": {"vs_best": 0.9123, "vs_one_core": 1.05, "vs_oracle": 0.8, "cells_ge_best": 1},
         "dt-assistant": {"vs_best": 0.8, "vs_one_core": 0.95, "vs_oracle": 0.7, "cells_ge_best": 0}, **extra}))  # fmt: skip
     (tmp_path / "eval/registered.json").write_text(json.dumps({"name": "pmoss-dt", "version": 1, "alias": "candidate", "policy": "dt-base",
@@ -31,6 +31,7 @@ def test_summary_shows_headline_candidate_and_next_steps(tmp_path):
     r = _pmoss("summary", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "0.912" in r.stdout and "1 of 4" in r.stdout and "source=sim" in r.stdout
+    assert "the oracle: at or above the best baseline in 3 of 4 cells" in r.stdout
     assert "pmoss-dt version 1 (dt-base) alias candidate" in r.stdout and "v2 dt-assistant" in r.stdout
     assert "eval/speedup.png" in r.stdout and "mlflow ui --backend-store-uri" in r.stdout
     assert len(r.stdout.splitlines()) <= 25  # one screen

@@ -40,11 +40,13 @@ def _shown(path: Path) -> Path:
 def headline_table(metrics: dict[str, Any], what: str = "") -> Any:
     from rich.table import Table
 
-    table = Table(title=f"learned policies vs the baselines{what}, geo-mean over {metrics.get('n_cells', '?')} cells (source={metrics.get('source', '?')})")
+    from pmoss.evaluate import ORACLE_AT_BEST, policy_figures
+
+    n = metrics.get("n_cells", "?")
+    caption = f"the oracle: at or above the best baseline in {metrics[ORACLE_AT_BEST]} of {n} cells" if ORACLE_AT_BEST in metrics else None
+    table = Table(title=f"learned policies vs the baselines{what}, geo-mean over {n} cells (source={metrics.get('source', '?')})", caption=caption)
     for col in ("policy", "vs best baseline", "vs best one-core", "vs oracle", "cells >= best", "own picks"):
         table.add_column(col, justify="left" if col == "policy" else "right")
-    from pmoss.evaluate import policy_figures
-
     for policy, g in policy_figures(metrics).items():
         cells = [f"{g[k]:.3f}" if k in g else "-" for k in ("vs_best", "vs_one_core", "vs_oracle")]
         own = f"{g['own_picks']} of {metrics.get('n_cells', '?')}" if "own_picks" in g else "-"
