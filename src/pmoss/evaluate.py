@@ -33,6 +33,10 @@ MASK_CONTROL = "mask-only"  # an untrained network under the same inference mask
 # draw, and on the demo's validation cells the five draws spread 0.85-1.27x the best baseline
 # (benchmarks/seed_spread.py, docs/benchmarks-model.md)
 MASK_INITS = 5
+# model throughputs this close are a tie for the oracle (its finalists, cell_oracle): far below what
+# an evaluation resolves (a run's noise is 2 %, ~0.7 % over the grid's 8 runs; sim/episode.py), and
+# any-worker kinds differ by less (Skylake X x rsi-20-30-50: os-interleave and se-numa 1.2e-7 apart)
+ORACLE_TIE = 1e-3
 EVAL_SEED_BASE = 1_000_003  # far from the hashed training seeds' typical values; runs are seeded base + r
 
 
@@ -117,17 +121,17 @@ def cell_config(machine: Any, cfg: EvalConfig) -> EvalConfig:
 def cell_oracle(machine: Any, workload: str, cfg: EvalConfig) -> dict[str, Schedule]:
     """The oracle's finalists in a cell, {"search" or a baseline kind: schedule}: of the group
     search's schedule and the cell's own baseline schedules (the ones evaluate_cell measures), those
-    with the highest noise-free throughput. A baseline is there where the search cannot reach it (an
-    any-worker kind, outside the group space) or ties it exactly (at a router or bandwidth bound
-    many schedules do); among finalists the cell's measurement decides (evaluate_cell), so the
-    oracle never reads below a baseline it ties or beats on the model."""
+    within ORACLE_TIE of the highest noise-free throughput. A baseline is there where the search
+    cannot reach it (an any-worker kind, outside the group space) or ties it (at a router or
+    bandwidth bound many schedules do); among finalists the cell's measurement decides
+    (evaluate_cell), so the oracle never reads below a baseline it ties or beats on the model."""
     from pmoss.sim import oracle, throughput
 
     cfg = cell_config(machine, cfg)
     cands = {"search": oracle(machine, get_workload(workload), cfg.dataset, cfg.n_slices, seed=0, n_records=cfg.n_records)[0]}
     cands |= cell_baselines(machine, cell_snapshot(machine, workload, cfg), cfg)
     x = throughput(machine, get_workload(workload), cfg.dataset, list(cands.values()), n_records=cfg.n_records, window_s=cfg.window_s)
-    top = np.isclose(x, x.max(), rtol=1e-9, atol=0.0)
+    top = x >= x.max() * (1 - ORACLE_TIE)
     return {name: s for (name, s), t in zip(cands.items(), top, strict=True) if t}
 
 
