@@ -71,7 +71,8 @@ def test_dvc_repro_tiny(tmp_path):
     metrics = json.loads((tmp_path / "eval/metrics.json").read_text())
     assert metrics["source"] == "sim" and metrics["n_cells"] == 4
     per = {k: v for k, v in metrics.items() if isinstance(v, dict)}
-    assert set(per) == {"dt-base", "dt-improved", "dt-assistant", "bc", "cql", "dt-critic", "mask-only"} and set(metrics) == set(per) | {"source", "n_cells"}
+    assert set(per) == {"dt-base", "dt-improved", "dt-assistant", "bc", "cql", "dt-critic", "mask-only"} and set(metrics) == set(per) | {"source", "n_cells", "oracle_cells_ge_best"}
+    assert 0 <= metrics["oracle_cells_ge_best"] <= metrics["n_cells"]
     figures = {"vs_best", "vs_one_core", "vs_oracle", "cells_ge_best"}
     assert all(g["vs_best"] > 0 and g["vs_oracle"] > 0 and set(g) == figures | {"own_picks"} for p, g in per.items() if p != "mask-only")
     # the control: the median over its initialisations (no one schedule, so no pick), their range and seed 0's
