@@ -155,31 +155,3 @@ def test_duplicate_episode_across_files_is_an_error(raw, tmp_path):
     shutil.copy(f, f.with_name("part-copy.parquet"))
     with pytest.raises(ContractError, match="duplicates one in"):
         build([tmp_path / "dup"], tmp_path / "ds", 0.1, 0.1)
-
-
-def test_overlapping_pools_read_a_repeated_episode_once(raw, tmp_path):
-    """--overlap (build-offline: the offline pool and the critic's, whose cells contain it): an
-    episode a later directory repeats is read once; one repeated with another measurement is an
-    error that names both files, and without --overlap a repeat stays an error."""
-    small = tmp_path / "small"
-    (tmp_path / "pool.yaml").write_text(POOL.format(epc=12).replace("[intel-skx-4s, amd-milan-nps4, nvidia-grace]", "[nvidia-grace]"))
-    collect(load_pool(tmp_path / "pool.yaml"), small, progress=False)  # the same episodes as raw's Grace cells
-    alone = build([raw], tmp_path / "alone", 0.1, 0.1)
-    both = build([small, raw], tmp_path / "both", 0.1, 0.1, overlap=True)
-    assert both.best_return == alone.best_return and np.allclose(both.feature_mean, alone.feature_mean)  # rows in another order
-    assert pq.read_table(tmp_path / "both" / "tokens.parquet").drop(["split"]).sort_by("episode_id").select(["episode_id", "schedule_kind"]) == (
-        pq.read_table(tmp_path / "alone" / "tokens.parquet").drop(["split"]).sort_by("episode_id").select(["episode_id", "schedule_kind"]))  # fmt: skip
-    manifest = json.loads((tmp_path / "both" / "dataset.json").read_text())
-    assert manifest["repeats_skipped"] == read_raw(small).num_rows > 0
-    with pytest.raises(ContractError, match="duplicates one in"):
-        build([small, raw], tmp_path / "strict", 0.1, 0.1)
-
-    def faster(t: pa.Table) -> pa.Table:
-        return t.set_column(t.schema.get_field_index("throughput_qps"), "throughput_qps", pc.multiply(t["throughput_qps"], 2.0))
-
-    shutil.copytree(small, tmp_path / "other")
-    for f in (tmp_path / "other").rglob("part-*.parquet"):
-        pq.write_table(stamp_table(faster(pq.read_table(f))), f)
-    with pytest.raises(ContractError, match=r"is in .*small.* with another measurement"):
-        build([small, tmp_path / "other"], tmp_path / "ds", 0.1, 0.1, overlap=True)
-    assert not (tmp_path / "ds").exists()

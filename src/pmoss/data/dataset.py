@@ -72,15 +72,13 @@ def resolve_machines(names: set[str], machines_dir: Path | None) -> dict[str, Ma
 
 
 def build(raw: list[Path], output: Path, val: float, test: float, machines_dir: Path | None = None,
-          holdout: Holdout | None = None, overlap: bool = False) -> Stats:  # fmt: skip
-    """Validate and tokenise every raw file, then write the dataset directory in one rename.
-    `overlap`: the directories may hold the same episodes (a pool whose cells contain another's);
-    an episode id met again in a later directory is taken once, if its measurement is the same."""
-    table, machines, repeats = _tokenise_all(raw, val, test, machines_dir, holdout or Holdout(), overlap)
+          holdout: Holdout | None = None) -> Stats:  # fmt: skip
+    """Validate and tokenise every raw file, then write the dataset directory in one rename."""
+    table, machines = _tokenise_all(raw, val, test, machines_dir, holdout or Holdout())
     if table.num_rows == 0:
         raise ContractError(f"{', '.join(map(str, raw))}: no episode of a schedule kind with per-slice groups to learn from")
     stats = compute_stats(table)
-    manifest = {**_manifest(table, raw, val, test, holdout or Holdout()), "repeats_skipped": repeats}
+    manifest = _manifest(table, raw, val, test, holdout or Holdout())
     with writing(output):  # disk full or read-only: one line naming the output, no partial directory left
         output.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
@@ -100,22 +98,14 @@ def build(raw: list[Path], output: Path, val: float, test: float, machines_dir: 
     return stats
 
 
-def _tokenise_all(raw: list[Path], val: float, test: float, machines_dir: Path | None, holdout: Holdout,
-                  overlap: bool = False) -> tuple[pa.Table, dict[str, Machine], int]:  # fmt: skip
+def _tokenise_all(raw: list[Path], val: float, test: float, machines_dir: Path | None, holdout: Holdout) -> tuple[pa.Table, dict[str, Machine]]:
     """One pass over the files: validate (all of them, before anything is written) and tokenise."""
     seen: dict[str, Path] = {}
-    earlier: dict[str, tuple[int, Path]] = {}  # overlap: episode id -> (measurement digest, file) of an earlier directory
     machines: dict[str, Machine] = {}
-    parts, groups, repeats = [], {"machine": set(), "workload": set()}, 0
+    parts, groups = [], {"machine": set(), "workload": set()}
     for path in raw:
-        mine: dict[str, tuple[int, Path]] = {}
         for f in raw_files(path):
             t = read_raw_file(f)
-            if overlap:
-                t, n = _drop_repeats(f, t, earlier, mine)
-                repeats += n
-                if t.num_rows == 0:
-                    continue
             problems = check_file(f, t, seen)
             if problems:
                 raise ContractError(f"{len(problems)} problem(s) in {path}; first: {problems[0]}")
@@ -123,30 +113,10 @@ def _tokenise_all(raw: list[Path], val: float, test: float, machines_dir: Path |
                 groups[key].update(t[key].to_pylist())
             machines.update(resolve_machines(set(t["machine"].to_pylist()) - set(machines), machines_dir))
             parts.append(tokenise_table(t, machines, val, test, holdout))
-        earlier.update(mine)
-    if not seen and not repeats:
+    if not seen:
         raise ContractError(f"{', '.join(map(str, raw))}: no raw snapshot Parquet files found")
     _check_holdout(holdout, groups)
-    return pa.concat_tables(parts), machines, repeats
-
-
-def _drop_repeats(f: Path, t: pa.Table, earlier: dict[str, tuple[int, Path]], mine: dict[str, tuple[int, Path]]) -> tuple[pa.Table, int]:
-    """`t` without the episodes an earlier directory already gave; such a repeat must carry the same
-    measurement (an episode id is its spec and schedule, and the simulator is deterministic), else
-    the error names both files and nothing is written."""
-    ids, qps, queries = t["episode_id"].to_pylist(), t["throughput_qps"].to_pylist(), t["queries"].to_pylist()
-    keep = []
-    for eid, x, q in zip(ids, qps, queries, strict=True):
-        digest = hash((x, tuple(q)))
-        if eid in earlier:
-            if earlier[eid][0] != digest:
-                raise ContractError(f"{f}: episode {eid} is in {earlier[eid][1]} with another measurement; "
-                                    "--overlap takes only repeats of the same episode")  # fmt: skip
-            keep.append(False)
-        else:
-            mine.setdefault(eid, (digest, f))
-            keep.append(True)
-    return t.filter(pa.array(keep, type=pa.bool_())), keep.count(False)
+    return pa.concat_tables(parts), machines
 
 
 def _check_holdout(holdout: Holdout, present: dict[str, set[str]]) -> None:
@@ -217,17 +187,12 @@ def build_command(
     machines: Annotated[Optional[Path], typer.Option(help="Directory of descriptors for non-simulated machines.")] = None,
     holdout_machine: Annotated[Optional[list[str]], typer.Option(help="Leave this machine out: its episodes get split 'holdout' (repeatable).")] = None,
     holdout_workload: Annotated[Optional[list[str]], typer.Option(help="Leave this workload out: its episodes get split 'holdout' (repeatable).")] = None,
-    overlap: Annotated[bool, typer.Option(help="The directories may hold the same episodes (one pool's cells inside another's): "
-                                               "an episode id already read from an earlier directory is taken once, if its "
-                                               "measurement is the same (else an error). Without it a repeated id is an error.")] = False,
 ) -> None:
     """Tokenise raw snapshots into a dataset (tokens.parquet + stats.json + dataset.json + machines/)."""
     holdout = Holdout(tuple(holdout_machine or ()), tuple(holdout_workload or ()))
-    stats = build(raw, output, val, test, machines, holdout, overlap)
+    stats = build(raw, output, val, test, machines, holdout)
     n = pq.read_metadata(output / "tokens.parquet").num_rows
-    skipped = json.loads((output / "dataset.json").read_text()).get("repeats_skipped", 0)
-    typer.echo(f"{output}: {n} episodes, {stats.n_slices} slices each, {len(stats.best_return)} machine|workload cells"
-               + (f" ({skipped} repeated episodes read once)" if skipped else ""))
+    typer.echo(f"{output}: {n} episodes, {stats.n_slices} slices each, {len(stats.best_return)} machine|workload cells")
 
 
 @app.command("report")
