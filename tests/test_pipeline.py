@@ -141,8 +141,10 @@ def test_dvc_experiments_compare_readably(tmp_path):
     assert len(exps) == 2 and "pretrain.max_steps" in header, shown.stdout
     assert {"dt-base.vs_best", "dt-improved.vs_best", "dt-assistant.vs_best", "dt-critic.vs_best", "dt-base.vs_oracle"} <= set(metric_cols)
     # the "<= ~25 numbers": each policy's vs_best and vs_oracle (14 with six policies and the
-    # control; `dvc metrics show` has all 40); beside them only DVC's 4 own columns, source, n_cells and the changed param
-    assert len(metric_cols) <= 14 and len(header) <= len(metric_cols) + 7, header
+    # control; `dvc metrics show` has all 41); beside them only DVC's 4 own columns, source, n_cells,
+    # oracle_cells_ge_best (one number: the oracle's cells at or above the best baseline) and the changed param
+    assert len(metric_cols) <= 14 and len(header) <= len(metric_cols) + 8, header
+    assert "oracle_cells_ge_best" in header, header
     assert not any("ycsb" in c or "|" in c or "/" in c or "unseen" in c for c in header), header
     print(shown.stdout)  # for the record (pytest -s)
     table = subprocess.run([str(BIN / "dvc"), "exp", "show", "--only-changed", "--drop", DROP, "--no-pager"], cwd=tmp_path,
