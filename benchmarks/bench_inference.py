@@ -8,9 +8,10 @@ runs it: the inference a critic-ranked version costs, scoring included.
 
     .venv/bin/python benchmarks/bench_inference.py [--quick]   # --quick skips the slow uncached baseline (keeps that record)
 
-Baselines, same run: the same rollout without the KV cache (a full-context forward per slice), and
-the rollout before issue #39 (tests/dense_rollout.py: dense [groups x workers] state per step),
-greedy and as dt-critic serves it. Peak memory: how far one call raises a fresh process's peak RSS
+Baselines, same run: the same rollout without the KV cache (a full-context forward per slice), the
+rollout before issue #39 (tests/dense_rollout.py: dense [groups x workers] state per step, whole
+episode in the attention), greedy and as dt-critic serves it, and at 2,048 slices today's rollout
+with the whole episode in the attention instead of the model's training length (256 slices here). Peak memory: how far one call raises a fresh process's peak RSS
 (`--peak greedy|dense|served` prints just that).
 Uses the paper's reference model size (6 layers, 8 heads, 128 dims) with random weights: speed
 does not depend on what the weights learned.
@@ -120,6 +121,21 @@ def before_39(fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
+def whole_episode(fn: Callable[[], object], n: int) -> Callable[[], object]:
+    """`fn` with every rollout attending to the whole episode of n slices (the context before the
+    training-length window: rollouts longer than the model's training episodes read everything)."""
+
+    def run() -> object:
+        saved = rollout_module.rollout
+        rollout_module.rollout = lambda *a, **k: saved(*a, **{**k, "context": k.get("context") or n})
+        try:
+            return fn()
+        finally:
+            rollout_module.rollout = saved
+
+    return run
+
+
 def peak_mib(what: str, threads: int = 1) -> float:
     """Peak RSS growth (MiB) over one call in a fresh process (VmHWM reset before it): `what` = greedy | dense | served, at 2,048 slices on 1,024 workers."""
     out = subprocess.run([sys.executable, __file__, "--peak", what, "--threads", str(threads)], capture_output=True, text=True, check=True, timeout=3600)
@@ -217,16 +233,19 @@ def main() -> None:
     dense_big = best_time(lambda: dense_rollout(b, big, row_big, model=model), repeat=1)  # once: ~30 s on a quiet VM
     new_big += [best_time(lambda: rollout(b, big, row_big, model=model), repeat=1) for _ in range(max(rounds - 1, 1))]
     big_t = med(new_big)
+    whole_big = best_time(lambda: rollout(b, big, row_big, model=model, context=n_big), repeat=1)  # once: the whole episode in the attention
     peaks = {"peak_rss_mib": peak_mib("greedy"), **({} if quick else {"before_39_peak_rss_mib": peak_mib("dense")})}
     write_record("inference_rollout_1024_workers", f"rollout time (greedy, {n_big} slices, 16 nodes x 64 workers, 6L/8H/128D)", big_t, "s",
                  "the rollout before issue #39 (tests/dense_rollout.py, same run, once)", dense_big, groups=len(machine_arrays(big).group_node),
-                 target_s=1.0, meets_target=big_t <= 1.0, rollout_256_s=cached, rounds=len(new_big), **peaks)  # fmt: skip
+                 target_s=1.0, meets_target=big_t <= 1.0, rollout_256_s=cached, rounds=len(new_big), context_slices=N,
+                 whole_episode_s=whole_big, **peaks)  # fmt: skip
     torch.set_num_threads(threads)
     paired = served_bundle(b, m, "critic-tiny.yaml", row_big)
     served = [best_time(lambda: propose(paired, big, row_big, **settings), repeat=1) for _ in range(rounds)]  # type: ignore[arg-type]
+    served_whole = best_time(whole_episode(lambda: propose(paired, big, row_big, **settings), n_big), repeat=1)  # type: ignore[arg-type]
     write_record("inference_dt_critic_1024_workers", f"dt-critic best-of-{k} + heuristics, critic-ranked ({n_big} slices, 16 nodes x 64 workers, 6L/8H/128D + 2L critic, training/critic-tiny.yaml, {threads} threads)",
                  med(served), "s", "greedy rollout, same size (same run, 1 thread)", big_t, target_s=2.0, meets_target=med(served) <= 2.0,
-                 rounds=rounds, peak_rss_mib=peak_mib("served", threads))  # fmt: skip
+                 rounds=rounds, whole_episode_s=served_whole, peak_rss_mib=peak_mib("served", threads))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -164,6 +164,58 @@ def test_kv_rollout_matches_full_forward():
     assert torch.equal(logits.argmax(-1), groups)
 
 
+def _blocks_with_mask(model: DecisionTransformer, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The blocks over a whole sequence with an explicit boolean attention mask [T, T] (the reference)."""
+    B, T, C = x.shape
+    for blk in model.blocks:
+        q, k, v = (t.reshape(B, T, blk.attn.n_head, -1).transpose(1, 2) for t in blk.attn.qkv(blk.ln1(x)).split(C, 2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + blk.attn.proj(y.transpose(1, 2).reshape(B, T, C))
+        x = x + blk.mlp(blk.ln2(x))
+    return model.ln_f(x)
+
+
+def test_windowed_kv_cache_is_banded_attention():
+    """A rollout longer than the model's training episodes attends, at each step, to the meta token and
+    the last `window` tokens: the decoder with a windowed cache equals the blocks over the whole
+    sequence under that banded mask, and differs from whole-episode attention once the window moves."""
+    torch.manual_seed(0)
+    model = DecisionTransformer(DTConfig(n_layer=2, n_head=2, n_embd=32, dropout=0.0)).eval()
+    calls = [3] * 10  # meta + rtg + state, then the previous action + rtg + state per slice
+    ends = np.cumsum(calls)
+    T, window = int(ends[-1]), 3 * 3 - 1  # a context of 3 slices
+    x = torch.randn(2, T, 32)
+    mask = torch.zeros(T, T, dtype=torch.bool)
+    for n, e in zip(calls, ends, strict=True):
+        for p in range(e - n, e):
+            mask[p, 0] = True
+            mask[p, max(0, e - window) : p + 1] = True
+    with torch.inference_mode():
+        windowed, whole = model.new_caches(2, T, window=window), model.new_caches(2, T)
+        decode = model.decoder()
+        got = torch.cat([decode(x[:, e - n : e], windowed) for n, e in zip(calls, ends, strict=True)], 1)
+        full = torch.cat([decode(x[:, e - n : e], whole) for n, e in zip(calls, ends, strict=True)], 1)
+        want = _blocks_with_mask(model, x, mask)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got[:, : window + 1], full[:, : window + 1])  # before the window moves: the whole-episode bits
+    assert not torch.allclose(got[:, -3:], full[:, -3:], atol=1e-4)
+
+
+def test_rollout_context_defaults_to_the_training_length():
+    """Up to the training episode's length a rollout reads the whole episode; a longer one the last
+    n_slices slices (its first n_slices choices are the whole-episode rollout's)."""
+    m = small_machine(nodes=2, cpus_per_node=6)
+    b = _bundle(m, seed=3)
+    row = _row(np.random.default_rng(0), 4 * N)
+    windowed, _ = rollout(b, m, row)
+    whole, _ = rollout(b, m, row, context=4 * N)
+    assert np.array_equal(windowed[:, :N], whole[:, :N])
+    short = _row(np.random.default_rng(1))
+    assert np.array_equal(rollout(b, m, short)[0], rollout(b, m, short, context=10 * N)[0])
+    with pytest.raises(ValueError, match="context"):
+        rollout(b, m, row, context=1)
+
+
 def test_greedy_first_batches_the_greedy_rollout_with_samples():
     """dt-critic's candidates in one batched pass: row 0 is the greedy rollout, the rest sample."""
     m = small_machine(nodes=2, cpus_per_node=6)

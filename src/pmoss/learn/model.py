@@ -64,22 +64,33 @@ class KVCache:
 
     Writing new tokens in place instead of torch.cat-ing a growing tensor every step saves a copy
     of the whole cache per layer per step; `mask` slices one precomputed causal mask.
+    window: the most tokens after the meta token that a query attends to (None: all). A rollout
+    longer than the model's training episodes attends as training did: the meta token and the last
+    slices of one training episode, so a step's attention stops growing with the slice index.
     """
 
-    def __init__(self, batch: int, n_head: int, head_dim: int, causal: torch.Tensor, dtype: torch.dtype):
+    def __init__(self, batch: int, n_head: int, head_dim: int, causal: torch.Tensor, dtype: torch.dtype, window: int | None = None):
         max_tokens = causal.shape[0]  # causal: [T_max, T_max] lower-triangular bool, shared by all layers
         self.k = torch.empty(batch, n_head, max_tokens, head_dim, dtype=dtype, device=causal.device)
         self.v = torch.empty_like(self.k)
         self.causal = causal
+        self.window = window
         self.length = 0
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Store k, v [B, H, T, D]; return all keys/values so far and the new tokens' mask [T, length]."""
+        """Store k, v [B, H, T, D]; return the keys/values the new tokens attend to and their mask [T, keys]."""
         start, end = self.length, self.length + k.shape[2]
         assert end <= self.k.shape[2], f"KV cache full: {end} tokens > {self.k.shape[2]}"
         self.k[:, :, start:end], self.v[:, :, start:end] = k, v
         self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end], self.causal[start:end, :end]
+        lo = 0 if self.window is None else end - self.window - 1  # the slot before the window's first token
+        if lo <= 0:  # everything is in the window: the whole cache, as a rollout of a training-length episode reads it
+            return self.k[:, :, :end], self.v[:, :, :end], self.causal[start:end, :end]
+        assert lo < start, f"KV cache window of {self.window} tokens is narrower than the {end - start} new ones"
+        # Slot lo has left every later window (windows only move forward): it holds the meta token
+        # now, so the meta token and the window are one contiguous view, without a copy of the window.
+        self.k[:, :, lo], self.v[:, :, lo] = self.k[:, :, 0], self.v[:, :, 0]
+        return self.k[:, :, lo:end], self.v[:, :, lo:end], self.causal[start:end, lo:end]
 
 
 class CausalSelfAttention(nn.Module):
@@ -245,13 +256,14 @@ class DecisionTransformer(nn.Module):
         pos = self.embed_slice(fourier(summary[:, 1]))
         return (self.embed_action(chosen) + pos + self.embed_kind.weight[2]).unsqueeze(1)
 
-    def new_caches(self, batch: int, max_tokens: int | None = None) -> list[KVCache]:
-        """Empty per-layer KV caches for a rollout of `batch` episodes (default: meta + 3 tokens per slice)."""
+    def new_caches(self, batch: int, max_tokens: int | None = None, window: int | None = None) -> list[KVCache]:
+        """Empty per-layer KV caches for a rollout of `batch` episodes (default: meta + 3 tokens per
+        slice); window: the most tokens after the meta token a query attends to (KVCache)."""
         c = self.cfg
         p = self.embed_meta.weight
         n = max_tokens or 1 + 3 * c.n_slices
         causal = torch.ones(n, n, dtype=torch.bool, device=p.device).tril()
-        return [KVCache(batch, c.n_head, c.n_embd // c.n_head, causal, p.dtype) for _ in self.blocks]
+        return [KVCache(batch, c.n_head, c.n_embd // c.n_head, causal, p.dtype, window) for _ in self.blocks]
 
     def extend(self, x: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
         """Run new tokens [B, T, E] through the blocks, appending to the per-layer KV caches."""

@@ -88,6 +88,7 @@ def rollout(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, target_factor: float = 2.0, batch: int = 1,
     temperature: float = 0.0, cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0,
     model: torch.nn.Module | None = None, greedy_first: bool = False, blocked_out: list[torch.Tensor] | None = None,
+    context: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`batch` rollouts in parallel; returns (candidate-group indices [B, N], log-likelihoods [B]).
     temperature 0 = greedy; greedy_first: row 0 is the greedy rollout and the others sample (one
@@ -95,7 +96,11 @@ def rollout(
     cap: slices per worker; load_cap: load per worker in fair shares of the snapshot's queries
     (None: no load cap). Both are inference-only masks, like the paper's k-per-core cap.
     blocked_out: a list that receives each step's masked groups [B, G] (learn/improve.py scores the
-    same masked distribution with gradients)."""
+    same masked distribution with gradients).
+    context: the slices a step attends to (its own and the ones before it, besides the meta token);
+    default the model's training episode length, as long a context as training ever showed it: a
+    rollout of up to that many slices reads the whole episode, a longer one the last `context`
+    slices, so its attention per step is bounded (issue #39). Pass N for the whole episode."""
     model = model or bundle.model()
     meta, feats, share = snapshot_inputs(bundle, machine, row)
     N = len(share)
@@ -108,7 +113,10 @@ def rollout(
     cap = cap or math.ceil(N / machine.n_workers)
     gen = torch.Generator().manual_seed(seed)
     state = RunningState(m, torch.as_tensor(feats), torch.as_tensor(share, dtype=torch.float32), sparse)
-    caches, decode = model.new_caches(batch, 1 + 3 * N), model.decoder()
+    context = context or model.cfg.n_slices
+    if context < 2:
+        raise ValueError(f"rollout: context must be at least 2 slices, got {context}")
+    caches, decode = model.new_caches(batch, 1 + 3 * N, window=3 * context - 1), model.decoder()  # training's last state token sees 3 x n_slices - 1 after the meta token
     algo_of(bundle)  # a bundle of an unknown algorithm fails here, not with a wrong schedule
     rtg_seq = return_to_go(share, target_factor)
     busy = Busiest(sparse, batch, machine.n_workers)
