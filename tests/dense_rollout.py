@@ -93,5 +93,5 @@ def dense_rollout(
         state.place(a)
         occ += share_of[a]
         wload += added[a]
-        x = model.action_token(groups[rows, 0, a], summary[:, 0])
+        x = model.action_token(groups[rows, 0, a], model.position(summary[:, 0]))
     return chosen.numpy(), loglik.numpy()

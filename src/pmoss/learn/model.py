@@ -204,10 +204,11 @@ class DecisionTransformer(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def step_tokens(self, rtg: torch.Tensor | None, summary: torch.Tensor, chosen: torch.Tensor | None) -> torch.Tensor:
+    def step_tokens(self, rtg: torch.Tensor | None, summary: torch.Tensor, chosen: torch.Tensor | None, pos: torch.Tensor | None = None) -> torch.Tensor:
         """Embed T slices: [B, T] rtg (None: no return token), [B, T, S] state summaries (position t/N is
-        summary[..., 1]), [B, T, D] features of the chosen groups (or None) -> [B, kT, E], interleaved per slice."""
-        pos = self.embed_slice(fourier(summary[..., 1]))  # [B, T, E]
+        summary[..., 1]), [B, T, D] features of the chosen groups (or None) -> [B, kT, E], interleaved per slice.
+        pos: `position(summary)` when the caller has it (a rollout step embeds its action with the same)."""
+        pos = self.position(summary) if pos is None else pos  # [B, T, E]
         parts = []
         if rtg is not None:  # computed first, as before the critic dropped it: a policy's arithmetic is unchanged bit for bit
             r = self.embed_rtg(rtg.unsqueeze(-1) if self.cfg.use_return else torch.zeros_like(rtg).unsqueeze(-1))
@@ -251,9 +252,12 @@ class DecisionTransformer(nn.Module):
             a = self.ln_f(_block_at(self.blocks[-1], x, k))
         return self.value_head(torch.cat([a[:, -1], a.mean(1)], -1)).squeeze(-1)
 
-    def action_token(self, chosen: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
-        """Embedding of a slice's chosen group (rollout): chosen [B, D] and that step's summary [B, S] -> [B, 1, E]."""
-        pos = self.embed_slice(fourier(summary[:, 1]))
+    def position(self, summary: torch.Tensor) -> torch.Tensor:
+        """The slice-position embedding of [..., S] state summaries (position t/N is summary[..., 1]) -> [..., E]."""
+        return self.embed_slice(fourier(summary[..., 1]))
+
+    def action_token(self, chosen: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Embedding of a slice's chosen group (rollout): chosen [B, D] and its step's position [B, E] -> [B, 1, E]."""
         return (self.embed_action(chosen) + pos + self.embed_kind.weight[2]).unsqueeze(1)
 
     def new_caches(self, batch: int, max_tokens: int | None = None, window: int | None = None) -> list[KVCache]:

@@ -127,7 +127,8 @@ def rollout(
     x = model.embed_meta(meta).expand(batch, 1, -1)  # [B, 1, E]
     for t in range(N):
         summary, groups = state.features()  # [B, 1, S], [B, 1, G, D]
-        x = torch.cat([x, model.step_tokens(rtg_seq[t].expand(batch, 1), summary, None)], dim=1)  # + rtg_t, state_t
+        pos = model.position(summary)  # [B, 1, E]: the state's and, next step, the action's
+        x = torch.cat([x, model.step_tokens(rtg_seq[t].expand(batch, 1), summary, None, pos)], dim=1)  # + rtg_t, state_t
         h = decode(x, caches)[:, -1:]  # [B, 1, E] at state_t
         added = sparse.inv_size * float(share[t] * machine.n_workers)  # [G] slice t's load on each member of each group
         after, after_load = busy.after(added)  # [B, G] busiest member's slices and load with slice t added
@@ -145,7 +146,7 @@ def rollout(
         chosen[:, t] = a
         state.place(a)
         busy.place(a, added)
-        x = model.action_token(groups[rows, 0, a], summary[:, 0])  # fed with the next step's tokens
+        x = model.action_token(groups[rows, 0, a], pos[:, 0])  # fed with the next step's tokens
     return chosen.numpy(), loglik.numpy()
 
 
