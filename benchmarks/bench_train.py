@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import resource
 import sys
 import tempfile
 import time
@@ -179,10 +180,11 @@ def main() -> None:
             flops = step_flops(cfg, ds)
             parts = profile_step(ds, cfg, device, args.steps)
             peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the process's peak so far (KiB on Linux): this config's, or an earlier one's if larger
             write_record(f"train_samples_per_s_{name}{size}", f"pre-training samples/s (dt-{name}.yaml, {args.n_slices} slices, {m.n_workers} workers, batch {cfg.batch_size})",
                          value, "samples/s", "data loader alone (same batches, state features built)", base, device=str(device),
                          precision="bf16-mixed" if device.type == "cuda" else "fp32", params=params, threads=torch.get_num_threads(),
-                         step_gflop=flops / 1e9, achieved_gflops=flops * value / cfg.batch_size / 1e9, loss_steps=cfg.loss_steps, gpu_peak_mib=peak, **parts)  # fmt: skip
+                         step_gflop=flops / 1e9, achieved_gflops=flops * value / cfg.batch_size / 1e9, loss_steps=cfg.loss_steps, gpu_peak_mib=peak, peak_rss_mib=rss, **parts)  # fmt: skip
 
 
 if __name__ == "__main__":
