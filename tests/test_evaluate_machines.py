@@ -63,6 +63,23 @@ def test_a_directory_of_descriptors_and_slices_per_worker(tmp_path):
         assert per["dt"].n_slices == slices_for(m, 0.5)
 
 
+def test_the_evaluation_sets_the_rollouts_context(tmp_path):
+    """`context` (evaluate --context) reaches every policy's rollout: at 4x the model's training
+    length the whole episode and the default window agree on the first 32 slices; under 2 is refused."""
+    from pydantic import ValidationError
+
+    bundle = _bundle(tmp_path)
+    keep: dict = {}
+    for name, context in (("window", None), ("whole", 128)):
+        cfg = EvalConfig(machines=["intel-skx-4s"], workloads=["ycsb-c"], n_slices=128, runs=1, baselines=["sn-numa"], context=context)
+        evaluate_cells(cfg, {name: bundle}, progress=False, keep=keep)
+    per = keep["intel-skx-4s|ycsb-c"]
+    assert per["window"].core[:32] == per["whole"].core[:32] and per["window"].n_slices == 128
+    assert per["whole"].provenance["context"] == 128 and "context" not in per["window"].provenance
+    with pytest.raises(ValidationError, match="context"):
+        EvalConfig(machines=["intel-skx-4s"], workloads=["ycsb-c"], context=1)
+
+
 def test_bad_machine_refs_are_named_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="nope.yaml"):  # the config itself refuses it (pydantic's ValidationError)
         EvalConfig(machines=["amd-milan-nps4", str(tmp_path / "nope.yaml")], workloads=["scan"], n_slices=16, runs=1)

@@ -45,3 +45,24 @@ def test_the_load_cap_is_the_users_to_set_or_switch_off(tmp_path):
     assert both.returncode == 1 and "give one" in both.stderr
     zero = subprocess.run([*base, "--load-cap", "0"], capture_output=True, text=True, timeout=120)
     assert zero.returncode == 2 and "--load-cap" in zero.stderr
+
+
+def test_the_context_is_the_users_to_set(tmp_path):
+    """A snapshot longer than the model's training episodes: by default a step attends to the last
+    n_slices slices, `--context` sets it (the slice count: the whole episode); both agree until the
+    window first moves, and a context under 2 slices is refused."""
+    from test_serve import N
+
+    m = load_sim_machine("intel-skx-4s")
+    row = simulate(m, get_workload("ycsb-c"), "dense", generate("os-default", m, 4 * N), seed=1, n_records=1_000_000)
+    write_parquet_atomic(episodes_to_table([row]), tmp_path / "snap.parquet")
+    base = [sys.executable, "-m", "pmoss", "schedule", "--model", str(_bundle(tmp_path / "model")), "--snapshot", str(tmp_path / "snap.parquet")]
+    out = {}
+    for name, flags in {"window": [], "whole": ["--context", str(4 * N)]}.items():
+        r = subprocess.run([*base, *flags, "-o", str(tmp_path / f"{name}.json")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        out[name] = load_schedule(tmp_path / f"{name}.json", m)
+    assert out["window"].core[:N] == out["whole"].core[:N] and out["window"].n_slices == 4 * N
+    assert out["whole"].provenance["context"] == 4 * N and "context" not in out["window"].provenance
+    one = subprocess.run([*base, "--context", "1"], capture_output=True, text=True, timeout=120)
+    assert one.returncode == 2 and "--context" in one.stderr

@@ -57,6 +57,7 @@ class EvalConfig(BaseModel):
     baselines: Annotated[list[str], one_of(BASELINE_KINDS, "schedule kind")] = list(BASELINE_KINDS)
     oracle: bool = Field(False, strict=True)
     target_factor: float = Field(2.0, gt=0, strict=True, allow_inf_nan=False)
+    context: int | None = Field(None, ge=2, strict=True)  # slices a rollout step attends to (None: each model's training length)
     # the snapshot is seeded seed_base - 1, run r seed_base + r; another base gives a validation set
     # (design choices) whose seeds the evaluation never reads
     seed_base: int = Field(EVAL_SEED_BASE, ge=1, strict=True)
@@ -148,6 +149,8 @@ def evaluate_cell(machine_name: str, workload: str, bundles: dict[str, Any], cfg
     schedules = cell_baselines(machine, snapshot, cfg)
     for name, bundle in bundles.items():
         settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}  # a version may carry its own
+        if cfg.context is not None:
+            settings["context"] = cfg.context
         schedules[name] = propose(bundle, machine, snapshot, **settings)
     if oracle:
         schedules["oracle"] = oracle["search"] if "search" in oracle else next(iter(oracle.values()))
@@ -506,6 +509,7 @@ def evaluate_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for metrics.json, cells-detail.json, cells.json, speedup.json and the plots.")] = Path("eval"),
     n_slices: Annotated[Optional[int], typer.Option(help="Override the config's slice count.")] = None,
     slices_per_worker: Annotated[Optional[float], typer.Option(help="Scale N with each machine: this many slices per worker thread (overrides n_slices).")] = None,
+    context: Annotated[Optional[int], typer.Option(min=2, help="Slices a rollout step attends to (default: each model's training episode length; a longer rollout reads the last this many). The slice count or more: the whole episode.")] = None,
     oracle: Annotated[Optional[bool], typer.Option("--oracle/--no-oracle", help="Also search an oracle schedule per cell: the best of the group search and the cell's baselines on the noise-free model (within 0.1 %, the measurement decides).")] = None,
     mask_control: Annotated[bool, typer.Option("--mask-control/--no-mask-control",
                                                help="Also run 'mask-only': the first model's network untrained, under the same inference masks.")] = True,
@@ -516,7 +520,7 @@ def evaluate_command(
     """Run learned models, all baselines and (optionally) the oracle through one harness."""
     from pmoss.learn.bundle import load_bundle
 
-    flags = {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "oracle": oracle}
+    flags = {"n_slices": n_slices, "slices_per_worker": slices_per_worker, "context": context, "oracle": oracle}
     cfg = load_model_with_flags(EvalConfig, config, flags)
     specs = policy_specs(model)
     check_memory(cfg, len(specs) + (mask_inits if mask_control and specs else 0),

@@ -164,7 +164,7 @@ def candidate_kind(name: str) -> str:
 
 def candidate_pool(bundle: Bundle, machine: Machine, row: dict[str, Any], *, k: int, temperature: float = 1.0, target_factor: float = 2.0,
                    cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0, candidates: str = "samples",
-                   provenance: dict[str, Any] | None = None) -> dict[str, Schedule]:  # fmt: skip
+                   provenance: dict[str, Any] | None = None, context: int | None = None) -> dict[str, Schedule]:  # fmt: skip
     """What a scorer ranks, as `learned` schedules by name: the greedy rollout ("greedy"), k samples
     ("sample<i>") and, with `candidates="samples+heuristics"`, the group heuristics generated from the
     snapshot (by kind). `pmoss propose` measures the same pool on the testbed for the critic's data."""
@@ -173,7 +173,7 @@ def candidate_pool(bundle: Bundle, machine: Machine, row: dict[str, Any], *, k: 
     if candidates not in CANDIDATE_SETS:
         raise ValueError(f"candidates: '{candidates}' is not one of {', '.join(CANDIDATE_SETS)}")
     found, _ = rollout(bundle, machine, row, target_factor=target_factor, cap=cap, load_cap=load_cap, batch=k + 1, temperature=temperature,
-                       seed=seed, greedy_first=True)  # fmt: skip
+                       seed=seed, greedy_first=True, context=context)  # fmt: skip
     pool = {"greedy": found[0], **{f"sample{i}": a for i, a in enumerate(found[1:])}}
     if candidates == "samples+heuristics":
         load = np.asarray(row["queries"], dtype=float)
@@ -185,20 +185,25 @@ def propose(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, mode: Mode = "greedy", k: int = 8, temperature: float = 1.0,
     target_factor: float = 2.0, cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0,
     score: Callable[[Schedule], float] | None = None, scorer: Scorer = "likelihood", candidates: str = "samples",
+    context: int | None = None,
 ) -> Schedule:
     """A validated `learned` schedule. best-of-k ranks the greedy schedule and k samples by `score`
     (e.g. a simulator, research only), by the attached critic (`scorer="critic"`, runs on a real host;
-    `candidates="samples+heuristics"` adds the group heuristics), or by likelihood."""
+    `candidates="samples+heuristics"` adds the group heuristics), or by likelihood. context: the
+    slices a rollout step attends to (`rollout`; default the model's training episode length)."""
     provenance = {"model": bundle.info.get("registered_as") or bundle.info.get("algo", "dt"), "mode": mode, "seed": seed, "target_factor": target_factor}
+    if context is not None:  # set by the caller: the schedule says so (the default, the model's training length, is not written)
+        provenance["context"] = context
     if mode == "best-of-k" and scorer == "critic":
         if bundle.critic is None:
             raise ValueError("scorer 'critic': this model bundle carries no critic (pmoss attach-critic)")
         pool = candidate_pool(bundle, machine, row, k=k, temperature=temperature, target_factor=target_factor, cap=cap, load_cap=load_cap,
-                              seed=seed, candidates=candidates, provenance=provenance)  # fmt: skip
+                              seed=seed, candidates=candidates, provenance=provenance, context=context)  # fmt: skip
         return _critic_pick(bundle, machine, row, pool, {**provenance, "scorer": "critic", "candidates": candidates})
     batch = k if mode == "best-of-k" else 1
     temp = 0.0 if mode == "greedy" else temperature
-    actions, loglik = rollout(bundle, machine, row, target_factor=target_factor, batch=batch, temperature=temp, cap=cap, load_cap=load_cap, seed=seed)
+    actions, loglik = rollout(bundle, machine, row, target_factor=target_factor, batch=batch, temperature=temp, cap=cap, load_cap=load_cap, seed=seed,
+                              context=context)  # fmt: skip
     found = [Schedule.from_groups(machine, a, **provenance) for a in actions]
     if len(found) == 1:
         return found[0].validate_for(machine)
