@@ -37,18 +37,20 @@ def _pool(tmp_path: Path, text: str = POOL) -> Path:
     return tmp_path / "pool.yaml"
 
 
-def test_teacher_forced_loglik_is_the_rollouts(bundle_dir, tmp_path):
+@pytest.mark.parametrize("n", [32, 96])
+def test_teacher_forced_loglik_is_the_rollouts(bundle_dir, tmp_path, n):
     """The step's objective scores the distribution the rollout sampled from: same masks, same
     state, same return-to-go, so the teacher-forced masked log-likelihood of each sampled schedule
-    is the rollout's own (a wrong mask or state would move the policy toward something else)."""
+    is the rollout's own (a wrong mask or state would move the policy toward something else); for a
+    pool of more slices than the model trained on (32), with the whole-episode context improve samples with."""
     from pmoss.collect.plan import load_pool
 
     b = load_bundle(bundle_dir)
     m = load_sim_machine("intel-skx-4s")
-    row = snapshot(m, "ycsb-c", load_pool(_pool(tmp_path)), 0)
+    row = snapshot(m, "ycsb-c", load_pool(_pool(tmp_path, POOL.replace("n_slices: 32", f"n_slices: {n}"))), 0)
     blocked: list[torch.Tensor] = []
-    found, loglik = rollout(b, m, row, batch=4, temperature=1.0, seed=3, greedy_first=True, blocked_out=blocked)
-    assert len(blocked) == 32 and np.unique(found[:, 0]).size >= 1
+    found, loglik = rollout(b, m, row, batch=4, temperature=1.0, seed=3, greedy_first=True, blocked_out=blocked, context=row["n_slices"])
+    assert len(blocked) == n and np.unique(found[:, 0]).size >= 1
     mask = torch.stack(blocked, 1).clone()
     ll = masked_loglik(b.model(), b, m, row, torch.as_tensor(found), mask, 2.0)
     np.testing.assert_allclose(ll.detach().numpy(), loglik, rtol=1e-4, atol=1e-3)

@@ -147,8 +147,10 @@ def improve(bundle: Bundle, pool: Any, cfg: ImproveConfig, progress: Any = None,
         key = (name, workload, it % cfg.snapshots_per_cell)
         row = snapshots.get(key) or snapshots.setdefault(key, snapshot(m, workload, pool, key[2]))
         blocked: list[torch.Tensor] = []
+        # context: the whole episode, as the teacher-forced step that scores these samples reads it
+        # (a pool of more slices than the model trained on would otherwise sample from a window)
         found, _ = rollout(bundle, m, row, target_factor=target, batch=cfg.k + 1, temperature=cfg.temperature, seed=cfg.seed * 1_000_003 + it,
-                           model=model, greedy_first=True, blocked_out=blocked)  # fmt: skip
+                           model=model, greedy_first=True, blocked_out=blocked, context=row["n_slices"])  # fmt: skip
         qps = throughput(m, workload, pool.datasets[0], [Schedule.from_groups(m, a) for a in found], n_records=pool.n_records,
                          window_s=pool.window_s)  # fmt: skip
         best = int(np.argmax(qps))
