@@ -199,6 +199,8 @@ def test_windowed_kv_cache_is_banded_attention():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert torch.equal(got[:, : window + 1], full[:, : window + 1])  # before the window moves: the whole-episode bits
     assert not torch.allclose(got[:, -3:], full[:, -3:], atol=1e-4)
+    # the cache holds the meta token and the window, whatever the episode's length
+    assert [c.k.shape[2] for c in model.new_caches(1, 3 * 10**6, window=window)] == [window + 1] * 2
 
 
 def test_rollout_context_defaults_to_the_training_length():

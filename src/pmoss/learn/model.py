@@ -60,37 +60,42 @@ class DTConfig:
 
 
 class KVCache:
-    """One layer's keys and values during rollout, preallocated for the whole episode: [B, H, T_max, D].
+    """One layer's keys and values during rollout, preallocated: [B, H, slots, D].
 
     Writing new tokens in place instead of torch.cat-ing a growing tensor every step saves a copy
     of the whole cache per layer per step; `mask` slices one precomputed causal mask.
-    window: the most tokens after the meta token that a query attends to (None: all). A rollout
-    longer than the model's training episodes attends as training did: the meta token and the last
-    slices of one training episode, so a step's attention stops growing with the slice index.
+    window: the most tokens after the meta token that a query attends to (None: all, and the cache
+    holds the whole episode). A rollout longer than the model's training episodes attends as
+    training did: the meta token and the last slices of one training episode, so neither a step's
+    attention nor the cache grows with the slice count. Slot 0 holds the meta token; once the
+    window is full, slots 1.. are a ring: each new token overwrites the oldest, and the new tokens
+    see every slot but the new tokens after them.
     """
 
     def __init__(self, batch: int, n_head: int, head_dim: int, causal: torch.Tensor, dtype: torch.dtype, window: int | None = None):
-        max_tokens = causal.shape[0]  # causal: [T_max, T_max] lower-triangular bool, shared by all layers
-        self.k = torch.empty(batch, n_head, max_tokens, head_dim, dtype=dtype, device=causal.device)
+        slots = causal.shape[0]  # causal: [slots, slots] lower-triangular bool, shared by all layers
+        assert window is None or slots <= window + 1, f"KV cache of {slots} slots for a window of {window} tokens"
+        self.k = torch.empty(batch, n_head, slots, head_dim, dtype=dtype, device=causal.device)
         self.v = torch.empty_like(self.k)
         self.causal = causal
         self.window = window
-        self.length = 0
+        self.length = 0  # tokens appended so far
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Store k, v [B, H, T, D]; return the keys/values the new tokens attend to and their mask [T, keys]."""
-        start, end = self.length, self.length + k.shape[2]
-        assert end <= self.k.shape[2], f"KV cache full: {end} tokens > {self.k.shape[2]}"
-        self.k[:, :, start:end], self.v[:, :, start:end] = k, v
+        T, slots = k.shape[2], self.k.shape[2]
+        start, end = self.length, self.length + T
         self.length = end
-        lo = 0 if self.window is None else end - self.window - 1  # the slot before the window's first token
-        if lo <= 0:  # everything is in the window: the whole cache, as a rollout of a training-length episode reads it
+        if end <= slots:  # the window is not full: the tokens so far, in order (a training-length rollout, bit for bit)
+            self.k[:, :, start:end], self.v[:, :, start:end] = k, v
             return self.k[:, :, :end], self.v[:, :, :end], self.causal[start:end, :end]
-        assert lo < start, f"KV cache window of {self.window} tokens is narrower than the {end - start} new ones"
-        # Slot lo has left every later window (windows only move forward): it holds the meta token
-        # now, so the meta token and the window are one contiguous view, without a copy of the window.
-        self.k[:, :, lo], self.v[:, :, lo] = self.k[:, :, 0], self.v[:, :, 0]
-        return self.k[:, :, lo:end], self.v[:, :, lo:end], self.causal[start:end, lo:end]
+        assert self.window is not None and slots == self.window + 1, f"KV cache full: {end} tokens > {slots}"
+        assert T < self.window, f"KV cache window of {self.window} tokens is narrower than the {T} new ones"
+        at = 1 + (torch.arange(start, end, device=k.device) - 1) % self.window  # token p lives in ring slot 1 + (p - 1) mod window
+        self.k[:, :, at], self.v[:, :, at] = k, v
+        mask = torch.ones(T, slots, dtype=torch.bool, device=k.device)
+        mask[:, at] = self.causal[:T, :T]  # among the new tokens, causal; every older slot is in the window
+        return self.k, self.v, mask
 
 
 class CausalSelfAttention(nn.Module):
@@ -261,11 +266,13 @@ class DecisionTransformer(nn.Module):
         return (self.embed_action(chosen) + pos + self.embed_kind.weight[2]).unsqueeze(1)
 
     def new_caches(self, batch: int, max_tokens: int | None = None, window: int | None = None) -> list[KVCache]:
-        """Empty per-layer KV caches for a rollout of `batch` episodes (default: meta + 3 tokens per
-        slice); window: the most tokens after the meta token a query attends to (KVCache)."""
+        """Empty per-layer KV caches for a rollout of `batch` episodes of `max_tokens` (default: meta +
+        3 tokens per slice); window: the most tokens after the meta token a query attends to
+        (KVCache; the cache then holds at most window + 1 tokens, whatever max_tokens)."""
         c = self.cfg
         p = self.embed_meta.weight
         n = max_tokens or 1 + 3 * c.n_slices
+        n = n if window is None else min(n, window + 1)  # a windowed cache holds at most the meta token and the window
         causal = torch.ones(n, n, dtype=torch.bool, device=p.device).tril()
         return [KVCache(batch, c.n_head, c.n_embd // c.n_head, causal, p.dtype, window) for _ in self.blocks]
 
