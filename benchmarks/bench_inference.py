@@ -112,7 +112,8 @@ def before_39(fn: Callable[[], object]) -> Callable[[], object]:
     """`fn` run with the pre-#39 rollout wherever pmoss.learn.rollout calls `rollout` (propose, candidate_pool)."""
 
     def run() -> object:
-        saved, rollout_module.rollout = rollout_module.rollout, dense_rollout
+        # the pre-#39 rollout read the whole episode: it takes no context
+        saved, rollout_module.rollout = rollout_module.rollout, lambda *a, context=None, **k: dense_rollout(*a, **k)
         try:
             return fn()
         finally:
