@@ -122,21 +122,6 @@ def before_39(fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def whole_episode(fn: Callable[[], object], n: int) -> Callable[[], object]:
-    """`fn` with every rollout attending to the whole episode of n slices (the context before the
-    training-length window: rollouts longer than the model's training episodes read everything)."""
-
-    def run() -> object:
-        saved = rollout_module.rollout
-        rollout_module.rollout = lambda *a, **k: saved(*a, **{**k, "context": k.get("context") or n})
-        try:
-            return fn()
-        finally:
-            rollout_module.rollout = saved
-
-    return run
-
-
 def peak_mib(what: str, threads: int = 1) -> float:
     """Peak RSS growth (MiB) over one call in a fresh process (VmHWM reset before it): `what` = greedy | dense | served, at 2,048 slices on 1,024 workers."""
     out = subprocess.run([sys.executable, __file__, "--peak", what, "--threads", str(threads)], capture_output=True, text=True, check=True, timeout=3600)
@@ -243,7 +228,7 @@ def main() -> None:
     torch.set_num_threads(threads)
     paired = served_bundle(b, m, "critic-tiny.yaml", row_big)
     served = [best_time(lambda: propose(paired, big, row_big, **settings), repeat=1) for _ in range(rounds)]  # type: ignore[arg-type]
-    served_whole = best_time(whole_episode(lambda: propose(paired, big, row_big, **settings), n_big), repeat=1)  # type: ignore[arg-type]
+    served_whole = best_time(lambda: propose(paired, big, row_big, **settings, context=n_big), repeat=1)  # type: ignore[arg-type]  # once: the whole episode
     write_record("inference_dt_critic_1024_workers", f"dt-critic best-of-{k} + heuristics, critic-ranked ({n_big} slices, 16 nodes x 64 workers, 6L/8H/128D + 2L critic, training/critic-tiny.yaml, {threads} threads)",
                  med(served), "s", "greedy rollout, same size (same run, 1 thread)", big_t, target_s=2.0, meets_target=med(served) <= 2.0,
                  rounds=rounds, whole_episode_s=served_whole, peak_rss_mib=peak_mib("served", threads))  # fmt: skip

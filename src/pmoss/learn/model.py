@@ -72,13 +72,15 @@ class KVCache:
     see every slot but the new tokens after them.
     """
 
-    def __init__(self, batch: int, n_head: int, head_dim: int, causal: torch.Tensor, dtype: torch.dtype, window: int | None = None):
+    def __init__(self, batch: int, n_head: int, head_dim: int, causal: torch.Tensor, dtype: torch.dtype, window: int | None = None,
+                 ring: dict | None = None):  # fmt: skip
         slots = causal.shape[0]  # causal: [slots, slots] lower-triangular bool, shared by all layers
         assert window is None or slots <= window + 1, f"KV cache of {slots} slots for a window of {window} tokens"
         self.k = torch.empty(batch, n_head, slots, head_dim, dtype=dtype, device=causal.device)
         self.v = torch.empty_like(self.k)
         self.causal = causal
         self.window = window
+        self.ring = {} if ring is None else ring  # the last call's ring slots and mask, shared by the layers (all append the same tokens)
         self.length = 0  # tokens appended so far
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -91,11 +93,14 @@ class KVCache:
             return self.k[:, :, :end], self.v[:, :, :end], self.causal[start:end, :end]
         assert self.window is not None and slots == self.window + 1, f"KV cache full: {end} tokens > {slots}"
         assert T < self.window, f"KV cache window of {self.window} tokens is narrower than the {T} new ones"
-        at = 1 + (torch.arange(start, end, device=k.device) - 1) % self.window  # token p lives in ring slot 1 + (p - 1) mod window
+        if self.ring.get("call") != (start, T):
+            at = 1 + (torch.arange(start, end, device=k.device) - 1) % self.window  # token p lives in ring slot 1 + (p - 1) mod window
+            mask = torch.ones(T, slots, dtype=torch.bool, device=k.device)
+            mask[:, at] = self.causal[:T, :T]  # among the new tokens, causal; every older slot is in the window
+            self.ring.update(call=(start, T), at=at, mask=mask)
+        at = self.ring["at"]
         self.k[:, :, at], self.v[:, :, at] = k, v
-        mask = torch.ones(T, slots, dtype=torch.bool, device=k.device)
-        mask[:, at] = self.causal[:T, :T]  # among the new tokens, causal; every older slot is in the window
-        return self.k, self.v, mask
+        return self.k, self.v, self.ring["mask"]
 
 
 class CausalSelfAttention(nn.Module):
@@ -274,7 +279,8 @@ class DecisionTransformer(nn.Module):
         n = max_tokens or 1 + 3 * c.n_slices
         n = n if window is None else min(n, window + 1)  # a windowed cache holds at most the meta token and the window
         causal = torch.ones(n, n, dtype=torch.bool, device=p.device).tril()
-        return [KVCache(batch, c.n_head, c.n_embd // c.n_head, causal, p.dtype, window) for _ in self.blocks]
+        ring: dict = {}
+        return [KVCache(batch, c.n_head, c.n_embd // c.n_head, causal, p.dtype, window, ring) for _ in self.blocks]
 
     def extend(self, x: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
         """Run new tokens [B, T, E] through the blocks, appending to the per-layer KV caches."""
