@@ -156,3 +156,34 @@ def test_bad_input_is_one_line_and_writes_nothing(bundle_dir, tmp_path, args, ne
     out = tmp_path / "out"
     one_line_error(pmoss("improve", str(bundle_dir), "--pool", str(pool), "-o", str(out), *extra), *needles)
     assert not out.exists()
+
+
+def test_windowed_training_scores_are_the_windowed_rollouts(bundle_dir, tmp_path):
+    """Training on windows (`TrainConfig.context`) scores what a rollout longer than the model's
+    n_slices (32) reads: slice t's scores from the window that ends at t (the meta token, the
+    slices t - 31 .. t, with the state and positions of the whole episode) give the rollout's own
+    masked log-likelihood of a 96-slice schedule. A wrong window offset, state or position fails it."""
+    from pmoss.collect.plan import load_pool
+    from pmoss.data.state import as_tensors, machine_arrays
+    from pmoss.learn.learner import policy_scores
+    from pmoss.learn.rollout import return_to_go, snapshot_inputs
+
+    b = load_bundle(bundle_dir)
+    C, n = b.config.n_slices, 96
+    m = load_sim_machine("intel-skx-4s")
+    row = snapshot(m, "ycsb-c", load_pool(_pool(tmp_path, POOL.replace("n_slices: 32", f"n_slices: {n}"))), 0)
+    blocked: list[torch.Tensor] = []
+    found, loglik = rollout(b, m, row, batch=3, temperature=1.0, seed=5, greedy_first=True, blocked_out=blocked)  # the default context: 32
+    meta, feats, share = snapshot_inputs(b, m, row)
+    B = found.shape[0]
+    batch = {"meta": meta.expand(B, -1), "feats": feats.expand(B, -1, -1), "share": torch.as_tensor(share, dtype=torch.float32).expand(B, -1),
+             "actions": torch.as_tensor(found), "rtg": return_to_go(share, 2.0).expand(B, -1),
+             **{k: v.expand(B, *v.shape) for k, v in as_tensors(machine_arrays(m)).items()}}  # fmt: skip
+    model, ll = b.model(), torch.zeros(B)
+    with torch.no_grad():
+        for t in range(n):
+            s = max(0, t - C + 1)
+            scores = policy_scores(model, batch, torch.full((B, 1), t - s), torch.full((B,), s), C)[:, 0]  # [B, G]
+            logp = torch.log_softmax(scores.masked_fill(blocked[t], float("-inf")), -1)
+            ll += logp.gather(-1, batch["actions"][:, t : t + 1])[:, 0]
+    np.testing.assert_allclose(ll.numpy(), loglik, rtol=1e-4, atol=1e-3)

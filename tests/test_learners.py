@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -264,3 +265,56 @@ def test_loss_history_survives_a_crash_and_resume(tmp_path, monkeypatch):
     for name in ("train-loss.csv", "val-loss.csv"):
         straight, resumed = ((tmp_path / d / name).read_text() for d in ("straight", "cut"))
         assert resumed == straight and straight.count("\n") == 4, (name, straight, resumed)
+
+
+def test_training_window_of_the_whole_episode_is_the_episode(tmp_path):
+    """`context` >= N leaves training as it was, bit for bit (the scores, hence every step)."""
+    from pmoss.learn.learner import policy_scores, sample_window
+
+    ds = EpisodeArrays(make_tokens(tmp_path / "tok"), "train")
+    batch = _batch(ds, [0, 1, 2, 3])
+    torch.manual_seed(0)
+    model = build_algorithm("dt", model_config_for(ds.stats, TrainConfig(**TINY), "dt"), TrainConfig(**TINY)).model.eval()
+    assert sample_window(batch, N) is None and sample_window(batch, None) is None
+    whole = policy_scores(model, batch)
+    start = torch.zeros(4, dtype=torch.long)
+    assert torch.equal(policy_scores(model, batch, None, start, N), whole)
+
+
+@pytest.mark.parametrize("algo", ["dt", "bc"])
+def test_training_windows_set_the_models_context(tmp_path, algo):
+    """A model trained on windows of C slices attends to C slices when it rolls out (n_slices = C);
+    windows are drawn inside the episode, and a critic or CQL refuses them."""
+    from pmoss.learn.learner import sample_window
+    from pmoss.learn.train import TrainError
+
+    ds = EpisodeArrays(make_tokens(tmp_path / "tok"), "train")
+    cfg = TrainConfig(**{**TINY, "context": 5})
+    model_cfg = model_config_for(ds.stats, cfg, algo)
+    assert model_cfg.n_slices == 5
+    assert model_config_for(ds.stats, TrainConfig(**{**TINY, "context": 4 * N}), algo).n_slices == N
+    batch = _batch(ds, list(range(8)))
+    starts = torch.cat([sample_window(batch, 5) for _ in range(200)])
+    assert starts.min() == 0 and starts.max() == N - 5  # every window fits, the first and last ones occur
+    torch.manual_seed(0)
+    learner = build_algorithm(algo, model_cfg, cfg)
+    assert np.isfinite(learner.update(batch)["loss"])
+    learner.eval()
+    assert learner.losses(batch)["loss"] == learner.losses(batch)["loss"]  # validation: the same windows every pass
+    for bad in ("cql", "critic"):
+        with pytest.raises(TrainError, match="context"):
+            model_config_for(ds.stats, cfg, bad)
+
+
+def test_train_cli_context_errors_write_nothing(tmp_path):
+    """`pmoss train --context`: below 2 slices is refused by the CLI (exit 2), windows for a learner
+    that reads whole episodes with one line naming the field; neither leaves a model behind."""
+    from test_failure_modes import one_line_error, pmoss
+
+    data = make_tokens(tmp_path / "tok")
+    one = pmoss("train", str(data), "-o", str(tmp_path / "m1"), "--context", "1", "--max-steps", "1", "--quiet")
+    assert one.returncode == 2 and "--context" in one.stderr
+    cql = pmoss("train", str(data), "-o", str(tmp_path / "m2"), "--algo", "cql", "--context", "4", "--max-steps", "1", "--quiet",
+                env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})  # fmt: skip
+    one_line_error(cql, "context")
+    assert not (tmp_path / "m1").exists() and not (tmp_path / "m2" / "model.pt").exists()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from pmoss.learn.dt import action_losses
-from pmoss.learn.learner import Algorithm, Batch
+from pmoss.learn.learner import Algorithm, Batch, window_generator
 from pmoss.learn.model import DecisionTransformer, DTConfig
 
 if TYPE_CHECKING:
@@ -31,4 +31,4 @@ class BC(Algorithm):
             self.model.load_state_dict(init_weights)
 
     def losses(self, batch: Batch) -> dict[str, torch.Tensor]:
-        return action_losses(self.model, batch, self.train_cfg.loss_steps if self.training else None)
+        return action_losses(self.model, batch, self.train_cfg.loss_steps if self.training else None, self.train_cfg.context, window_generator(self.training))

@@ -22,6 +22,7 @@ def train_command(
     init: Annotated[Optional[Path], typer.Option(help="Fine-tune from this model bundle (the base model).")] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Override the config's max_steps.")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Override the config's seed.")] = None,
+    context: Annotated[Optional[int], typer.Option(min=2, help="Override the config's context: train on a random window of this many slices of each episode (dt, bc), which is then what the model's rollouts attend to.")] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Train under Ray Train (DDP over --workers processes).")] = False,
     workers: Annotated[int, typer.Option(help="Ray Train workers (with --ray).")] = 2,
     shuffle_returns: Annotated[Optional[int], typer.Option(help="Control run: permute return-to-go across episodes with this seed.")] = None,
@@ -31,7 +32,7 @@ def train_command(
     """Pre-train a Decision Transformer or a baseline (--algo), or fine-tune one with --init; logged to MLflow."""
     from pmoss.learn.train import train  # torch and Lightning: only when training
     cfg = load_model(TrainConfig, config)
-    cfg = cfg.model_copy(update={k: v for k, v in {"max_steps": max_steps, "seed": seed}.items() if v is not None})
+    cfg = cfg.model_copy(update={k: v for k, v in {"max_steps": max_steps, "seed": seed, "context": context}.items() if v is not None})
     if snapshots is not None:
         cfg = cfg.model_copy(update={"critic": cfg.critic.model_copy(update={"snapshots": str(snapshots)})})
 

@@ -62,6 +62,11 @@ class TrainConfig(BaseModel):
     seed: int = 0
     num_workers: int = 0  # data loader processes
     loss_steps: int | None = 32  # slices per episode whose action loss a training step scores (None: all; validation: all)
+    # context (dt, bc): a training item is a random window of this many slices of its episode, with
+    # the meta token and the state and positions of the whole episode; the model's n_slices (what a
+    # rollout step attends to) is this. Episodes longer than the window then train what a longer
+    # rollout's step reads (docs/model.md). None: whole episodes
+    context: int | None = Field(default=None, ge=2)
     bc: BCParams = BCParams()  # used by --algo bc
     cql: CQLParams = CQLParams()  # used by --algo cql
     critic: CriticParams = CriticParams()  # used by --algo critic

@@ -11,18 +11,24 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from pmoss.learn.learner import Algorithm, Batch, at_steps, policy_scores, sample_steps
+from pmoss.learn.learner import Algorithm, Batch, at_steps, policy_scores, sample_steps, sample_window, window_generator
 from pmoss.learn.model import DecisionTransformer, DTConfig
 
 if TYPE_CHECKING:
     from pmoss.learn.config import TrainConfig
 
 
-def action_losses(model: DecisionTransformer, batch: Batch, loss_steps: int | None = None) -> dict[str, torch.Tensor]:
+def action_losses(model: DecisionTransformer, batch: Batch, loss_steps: int | None = None, context: int | None = None,
+                  window_gen: torch.Generator | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
     """Teacher-forced cross-entropy and accuracy of the data's actions (shared with behaviour cloning),
-    at `loss_steps` random slices per episode (an unbiased estimate of the all-slice loss)."""
-    steps = sample_steps(batch, loss_steps)
-    logits = policy_scores(model, batch, steps)  # [B, K, G]
+    at `loss_steps` random slices per episode (an unbiased estimate of the all-slice loss); with
+    `context`, of a random window of that many slices per episode (`sample_window`, drawn from
+    `window_gen` if given)."""
+    start = sample_window(batch, context, window_gen)
+    steps = sample_steps(batch, loss_steps, context if start is not None else None)
+    logits = policy_scores(model, batch, steps, start, context)  # [B, K, G]
+    if start is not None:  # the scored slices in the episode
+        steps = start[:, None] + (steps if steps is not None else torch.arange(context, device=start.device))  # type: ignore[arg-type]
     target = at_steps(batch["actions"], steps)
     loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
     acc = (logits.argmax(-1) == target).float().mean()
@@ -40,4 +46,4 @@ class DT(Algorithm):
             self.model.load_state_dict(init_weights)
 
     def losses(self, batch: Batch) -> dict[str, torch.Tensor]:
-        return action_losses(self.model, batch, self.train_cfg.loss_steps if self.training else None)
+        return action_losses(self.model, batch, self.train_cfg.loss_steps if self.training else None, self.train_cfg.context, window_generator(self.training))

@@ -30,14 +30,40 @@ if TYPE_CHECKING:
 Batch = dict[str, torch.Tensor]
 
 
-def sample_steps(batch: Batch, k: int | None) -> torch.Tensor | None:
-    """k slice indices per episode (sorted, without repeats) whose action the loss scores, or None for
-    all: the transformer always reads every slice, the per-group head is most of a step's cost."""
+def sample_steps(batch: Batch, k: int | None, n: int | None = None) -> torch.Tensor | None:
+    """k slice indices per episode (sorted, without repeats) among its first n (default all N) whose
+    action the loss scores, or None for all: the transformer always reads every slice, the per-group
+    head is most of a step's cost."""
     B, N = batch["actions"].shape
-    if not k or k >= N:
+    n = n or N
+    if not k or k >= n:
         return None
     # drawn on the CPU generator (the same steps on any device, seeded runs reproduce), then moved
-    return torch.rand(B, N).argsort(-1)[:, :k].sort(-1).values.to(batch["actions"].device)
+    return torch.rand(B, n).argsort(-1)[:, :k].sort(-1).values.to(batch["actions"].device)
+
+
+def sample_window(batch: Batch, context: int | None, generator: torch.Generator | None = None) -> torch.Tensor | None:
+    """The first slice [B] of a window of `context` slices in each episode, uniform over the
+    episode, or None where the window holds the whole episode. A rollout longer than the model's
+    training length attends to the meta token and the last `n_slices` slices (rollout.py), so a
+    window cut from a longer episode, with its state and positions from the whole episode, is what
+    such a step reads."""
+    B, N = batch["actions"].shape
+    if not context or context >= N:
+        return None
+    return torch.randint(0, N - context + 1, (B,), generator=generator).to(batch["actions"].device)
+
+
+def window_generator(training: bool) -> torch.Generator | None:
+    """Where windows are drawn: training, the global RNG (seeded, saved in checkpoints); validation,
+    the same windows at every pass (a loss curve that compares like with like)."""
+    return None if training else torch.Generator().manual_seed(0)
+
+
+def in_window(x: torch.Tensor, start: torch.Tensor, context: int) -> torch.Tensor:
+    """x [B, N, ...] at the window's slices start .. start + context - 1 -> [B, context, ...]."""
+    idx = start[:, None] + torch.arange(context, device=x.device)
+    return torch.gather(x, 1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
 
 
 def batch_inputs(batch: Batch, steps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -49,10 +75,20 @@ def batch_inputs(batch: Batch, steps: torch.Tensor | None = None) -> tuple[torch
         return teacher_forced(batch["actions"], batch["feats"], batch["share"], batch, steps)
 
 
-def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor | None = None) -> torch.Tensor:
-    """Teacher-forced scores [B, K, G] of the batch's policy network (logits or Q-values) at `steps`."""
-    summary, chosen, groups = batch_inputs(batch, steps)
-    return model(batch["meta"], batch["rtg"], summary, chosen, groups, batch["m_group_valid"], steps)
+def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor | None = None, start: torch.Tensor | None = None,
+                  context: int | None = None) -> torch.Tensor:  # fmt: skip
+    """Teacher-forced scores [B, K, G] of the batch's policy network (logits or Q-values) at `steps`;
+    with `start` (`sample_window`), the model reads the meta token and the window of `context` slices
+    from there, steps [B, K] count from the window's first slice."""
+    if start is None:
+        summary, chosen, groups = batch_inputs(batch, steps)
+        return model(batch["meta"], batch["rtg"], summary, chosen, groups, batch["m_group_valid"], steps)
+    assert context is not None, "a window needs its length"
+    if steps is None:
+        steps = torch.arange(context, device=start.device).expand(len(start), context)
+    summary, chosen, groups = batch_inputs(batch, start[:, None] + steps)  # the state along the whole episode
+    rtg, summary, chosen = (in_window(x, start, context) for x in (batch["rtg"], summary, chosen))
+    return model(batch["meta"], rtg, summary, chosen, groups, batch["m_group_valid"], steps)
 
 
 def at_steps(x: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:

@@ -34,7 +34,7 @@ class DTConfig:
     n_head: int = 8
     n_embd: int = 128
     dropout: float = 0.1
-    n_slices: int = 256  # slices per episode in training (any count schedules: positions are t / N)
+    n_slices: int = 256  # slices a training item holds (its episode, or a window of it: TrainConfig.context), what a rollout attends to; any count schedules (positions are t / N)
     n_features: int = 19  # per-slice features summed into the worker state
     n_meta: int = 15
     group_hidden: int = 64  # width of the pointer head that scores each candidate group

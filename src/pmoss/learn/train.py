@@ -269,8 +269,11 @@ def build_learner(algorithm):
 
 
 def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConfig:
+    if cfg.context and algo not in ("dt", "bc"):
+        raise TrainError(f"context: training windows are for the policies (dt, bc); --algo {algo} reads whole episodes")
+    n_slices = min(cfg.context or stats.n_slices, stats.n_slices)
     try:
-        return DTConfig(**{**cfg.model, "n_slices": stats.n_slices, "n_features": len(stats.feature_names), "n_meta": len(stats.meta_names),
+        return DTConfig(**{**cfg.model, "n_slices": n_slices, "n_features": len(stats.feature_names), "n_meta": len(stats.meta_names),
                            "use_return": algo == "dt", "value_head": algo == "critic"})  # fmt: skip
     except (TypeError, ValueError) as e:  # a bad key or value under the config's `model`
         raise TrainError(f"model: {e} (--algo {algo})") from None
@@ -292,6 +295,8 @@ def prepare(data: Path, cfg: TrainConfig, init: Path | None, algo: str) -> tuple
         return stats, model_config_for(stats, cfg, algo), None
     if base.info.get("algo", "dt") != algo:
         raise TrainError(f"--init {init}: a '{base.info.get('algo', 'dt')}' model cannot be fine-tuned as --algo {algo}; pass the matching --algo")
+    if cfg.context and cfg.context != base.config.n_slices:
+        raise TrainError(f"context {cfg.context}: --init {init} attends to {base.config.n_slices} slices; fine-tune on windows of that many")
     return _merge_best(base.stats, stats), base.config, base  # fine-tuning keeps the base model's normalisation and shapes
 
 
