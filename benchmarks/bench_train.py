@@ -15,7 +15,9 @@ without Lightning's per-step bookkeeping). Runs unchanged on a GPU host: CUDA + 
     .venv/bin/python benchmarks/bench_train.py --configs paper --machine 1024 --n-slices 2048 --batch-size 4 --episodes 8
 
 The second form is issue #39's size (2,048-slice episodes on a 16-node x 64-worker machine); its
-records are named `train_samples_per_s_<config>_<slices>x<workers>`.
+records are named `train_samples_per_s_<config>_<slices>x<workers>`. `--context C` trains each
+episode in a random window of C slices (`pmoss train --context`, docs/model.md): the records end in
+`_window<C>`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from pmoss.contracts.snapshot import SLICE_FEATURES  # noqa: E402
 from pmoss.data.dataset import write_tokens  # noqa: E402
 from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats  # noqa: E402
 from pmoss.learn.algorithms import build_algorithm  # noqa: E402
-from pmoss.learn.learner import batch_inputs, sample_steps  # noqa: E402
+from pmoss.learn.learner import at_steps, batch_inputs, in_window, sample_steps, sample_window  # noqa: E402
 from pmoss.learn.train import (  # noqa: E402
     EpisodeArrays,
     StepBatchSampler,
@@ -78,13 +80,26 @@ def loader(ds: EpisodeArrays, batch_size: int) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(ds, batch_sampler=StepBatchSampler(len(ds), batch_size, seed=0), generator=torch.Generator())
 
 
+def step_inputs(batch: dict, cfg: TrainConfig) -> tuple[torch.Tensor | None, tuple, torch.Tensor, torch.Tensor]:
+    """What an update's forward reads, as `action_losses` builds it: (scored steps, (summary, chosen,
+    every group's features), return-to-go, targets); with cfg.context, of one window per episode."""
+    start = sample_window(batch, cfg.context)
+    window = None if start is None else (start, cfg.context)
+    steps = sample_steps(batch, cfg.loss_steps, cfg.context if window else None)
+    inputs = batch_inputs(batch, steps, window)
+    if window is None:
+        return steps, inputs, batch["rtg"], at_steps(batch["actions"], steps)
+    scored = start[:, None] + (steps if steps is not None else torch.arange(cfg.context, device=start.device))
+    return steps, inputs, in_window(batch["rtg"], start, cfg.context), at_steps(batch["actions"], scored)
+
+
 def loader_samples_per_s(ds: EpisodeArrays, cfg: TrainConfig, batches: int, device: torch.device) -> float:
     """Batches from disk-backed arrays to device, state features built: everything the learner gets for free."""
     it = iter(loader(ds, cfg.batch_size))
     t0 = time.perf_counter()
     for _ in range(batches):
         batch = {k: v.to(device) for k, v in next(it).items()}
-        batch_inputs(batch, sample_steps(batch, cfg.loss_steps))
+        step_inputs(batch, cfg)
     _sync(device)
     return batches * cfg.batch_size / (time.perf_counter() - t0)
 
@@ -134,12 +149,10 @@ def profile_step(ds: EpisodeArrays, cfg: TrainConfig, device: torch.device, step
     for i in range(steps + 1):
         batch = {k: v.to(device) for k, v in next(it).items()}
         t0 = time.perf_counter()
-        steps_k = sample_steps(batch, cfg.loss_steps)
-        summary, chosen, groups = batch_inputs(batch, steps_k)
+        steps_k, (summary, chosen, groups), rtg, target = step_inputs(batch, cfg)
         _sync(device)
         t1 = time.perf_counter()
-        logits = algo.model(batch["meta"], batch["rtg"], summary, chosen, groups, batch["m_group_valid"], steps_k)
-        target = batch["actions"] if steps_k is None else torch.gather(batch["actions"], 1, steps_k)
+        logits = algo.model(batch["meta"], rtg, summary, chosen, groups, batch["m_group_valid"], steps_k)
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
         _sync(device)
         t2 = time.perf_counter()
@@ -162,10 +175,11 @@ def main() -> None:
     ap.add_argument("--n-slices", type=int, default=N, help="slices per episode (the model's context)")
     ap.add_argument("--batch-size", type=int, default=None, help="override the config's batch size (memory)")
     ap.add_argument("--episodes", type=int, default=96, help="synthetic episodes written to disk")
+    ap.add_argument("--context", type=int, default=None, help="train on windows of this many slices of each episode (pmoss train --context)")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     m = machine_64() if args.machine == "64" else machine_1024()
-    size = "" if (args.machine, args.n_slices) == ("64", N) else f"_{args.n_slices}x{m.n_workers}"
+    size = ("" if (args.machine, args.n_slices) == ("64", N) else f"_{args.n_slices}x{m.n_workers}") + (f"_window{args.context}" if args.context else "")
     with tempfile.TemporaryDirectory() as tmp:
         path = synthetic_tokens(Path(tmp), episodes=args.episodes, m=m, n=args.n_slices)
         ds = EpisodeArrays(path, "train")
@@ -173,6 +187,8 @@ def main() -> None:
             cfg = load_model(TrainConfig, ROOT / "training" / f"dt-{name}.yaml")
             if args.batch_size:
                 cfg = cfg.model_copy(update={"batch_size": args.batch_size})
+            if args.context:
+                cfg = cfg.model_copy(update={"context": args.context})
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             base = loader_samples_per_s(ds, cfg, batches=max(4, args.steps), device=device)
@@ -181,10 +197,10 @@ def main() -> None:
             parts = profile_step(ds, cfg, device, args.steps)
             peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the process's peak so far (KiB on Linux): this config's, or an earlier one's if larger
-            write_record(f"train_samples_per_s_{name}{size}", f"pre-training samples/s (dt-{name}.yaml, {args.n_slices} slices, {m.n_workers} workers, batch {cfg.batch_size})",
+            write_record(f"train_samples_per_s_{name}{size}", f"pre-training samples/s (dt-{name}.yaml, {args.n_slices} slices{f' in windows of {args.context}' if args.context else ''}, {m.n_workers} workers, batch {cfg.batch_size})",
                          value, "samples/s", "data loader alone (same batches, state features built)", base, device=str(device),
                          precision="bf16-mixed" if device.type == "cuda" else "fp32", params=params, threads=torch.get_num_threads(),
-                         step_gflop=flops / 1e9, achieved_gflops=flops * value / cfg.batch_size / 1e9, loss_steps=cfg.loss_steps, gpu_peak_mib=peak, peak_rss_mib=rss, **parts)  # fmt: skip
+                         step_gflop=flops / 1e9, achieved_gflops=flops * value / cfg.batch_size / 1e9, loss_steps=cfg.loss_steps, context=cfg.context, gpu_peak_mib=peak, peak_rss_mib=rss, **parts)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -48,6 +48,27 @@ def _episode(machine, rng, f: int = 4):
     return groups, feats, share
 
 
+def test_a_windows_inputs_are_the_episodes_in_that_window():
+    """teacher_forced(window=(start, C)) computes the C slices' inputs from one sum of what the slices
+    before the window placed: the same as the whole episode's inputs there, up to float rounding,
+    with each episode's own start; steps count from the window's first slice."""
+    m = small_machine(nodes=2, cpus_per_node=6)
+    rng = np.random.default_rng(4)
+    eps = [_episode(m, rng) for _ in range(3)]
+    groups, feats, share = (torch.cat(x) for x in zip(*eps, strict=True))
+    mt = _batched(m, 3)
+    C = 5
+    start = torch.tensor([0, 3, N - C])
+    steps = torch.tensor([[0, 4], [1, 2], [3, 4]])
+    summary, chosen, every = teacher_forced(groups, feats, share, mt)
+    ws, wc, we = teacher_forced(groups, feats, share, mt, steps, (start, C))
+    for b in range(3):
+        s = int(start[b])
+        torch.testing.assert_close(ws[b], summary[b, s : s + C], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(wc[b], chosen[b, s : s + C], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(we[b], every[b, s + steps[b]], rtol=1e-5, atol=1e-5)
+
+
 def test_state_excludes_own_slice_and_running_state_matches():
     m = small_machine(nodes=2, cpus_per_node=6)
     mt = _batched(m)

@@ -195,12 +195,14 @@ def exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
 
 
 def teacher_forced(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor],
-                   steps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+                   steps: torch.Tensor | None = None, window: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Model inputs of whole episodes whose groups are known (training): groups [B, N], feats
     [B, N, F], share [B, N] -> (summary [B, N, S], the chosen group's features [B, N, D], every
-    group's features at `steps` [B, K] (default: every step) [B, K, G, D])."""
+    group's features at `steps` [B, K] (default: every step) [B, K, G, D]). window (start [B], C):
+    the inputs of C slices from start of each episode only ([B, C, ...]; steps count from start),
+    with the state and positions of the whole episode."""
     B, N = groups.shape
-    workers, prev, summary, chosen = _path(groups, feats, share, m)
+    workers, prev, summary, chosen, share = _path(groups, feats, share, m) if window is None else _window_path(groups, feats, share, m, *window)
     if steps is None:
         return summary, chosen, groups_at(workers, prev, share, m)
     sel = lambda x: torch.gather(x, 1, steps.view(B, -1, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))  # noqa: E731
@@ -215,7 +217,27 @@ def _path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dic
     t = torch.arange(N, device=groups.device).expand(B, N)
     summary = summary_at(workers, share, t, N, m)
     chosen = groups_at(workers, prev, share, m, groups[..., None])[:, :, 0]
-    return workers, prev, summary, chosen
+    return workers, prev, summary, chosen, share
+
+
+def _window_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor], start: torch.Tensor,
+                 context: int) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """`_path` for the `context` slices from `start` [B] of each episode: what the slices before the
+    window put on each worker is one sum, [B, W, 2+F], so no tensor has the episode's N x W x (2+F)
+    size (a 2,048-slice episode on 1,024 workers: 176 MB each, held several times by the cumsum)."""
+    B, N = groups.shape
+    values = step_values(feats, share, N, m)  # [B, N, 2+F]
+    rows = member_rows(groups, m, values.dtype)  # [B, N, W]
+    before = (torch.arange(N, device=groups.device)[None, :] < start[:, None]).to(values.dtype)  # [B, N]
+    base = torch.bmm((rows * before[..., None]).transpose(1, 2), values)  # [B, W, 2+F] placed before the window
+    idx = start[:, None] + torch.arange(context, device=groups.device)  # [B, C] the window's slices
+    at = lambda x: torch.gather(x, 1, idx.view(B, context, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))  # noqa: E731
+    g, v, r, sh = at(groups), at(values), at(rows), at(share)
+    workers = base[:, None] + exclusive_cumsum(r[..., None] * v[:, :, None, :])  # [B, C, W, 2+F] before each step
+    prev = at(torch.cat([groups.new_full((B, 1), -1), groups[:, :-1]], 1))
+    summary = summary_at(workers, sh, idx, N, m)
+    chosen = groups_at(workers, prev, sh, m, g[..., None])[:, :, 0]
+    return workers, prev, summary, chosen, sh
 
 
 def chosen_means(groups: torch.Tensor, values: torch.Tensor, sparse: SparseGroups) -> torch.Tensor:

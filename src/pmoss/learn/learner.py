@@ -66,13 +66,14 @@ def in_window(x: torch.Tensor, start: torch.Tensor, context: int) -> torch.Tenso
     return torch.gather(x, 1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
 
 
-def batch_inputs(batch: Batch, steps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch_inputs(batch: Batch, steps: torch.Tensor | None = None, window: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(state summaries [B, N, S], the data's groups' features [B, N, D], every group's features at
-    `steps` [B, K, G, D]), teacher forced (slice t's own counters excluded)."""
+    `steps` [B, K, G, D]), teacher forced (slice t's own counters excluded); with `window` (start
+    [B], C), of those C slices only ([B, C, ...], steps counted from start)."""
     # inputs, not parameters: no graph needed; and exact fp32 under bf16 autocast (masked max/min
     # use fp32's largest value, which bf16 cannot hold)
     with torch.no_grad(), torch.autocast(batch["actions"].device.type, enabled=False):
-        return teacher_forced(batch["actions"], batch["feats"], batch["share"], batch, steps)
+        return teacher_forced(batch["actions"], batch["feats"], batch["share"], batch, steps, window)
 
 
 def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor | None = None, start: torch.Tensor | None = None,
@@ -86,9 +87,8 @@ def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor 
     assert context is not None, "a window needs its length"
     if steps is None:
         steps = torch.arange(context, device=start.device).expand(len(start), context)
-    summary, chosen, groups = batch_inputs(batch, start[:, None] + steps)  # the state along the whole episode
-    rtg, summary, chosen = (in_window(x, start, context) for x in (batch["rtg"], summary, chosen))
-    return model(batch["meta"], rtg, summary, chosen, groups, batch["m_group_valid"], steps)
+    summary, chosen, groups = batch_inputs(batch, steps, (start, context))  # the window's, with the state of the whole episode
+    return model(batch["meta"], in_window(batch["rtg"], start, context), summary, chosen, groups, batch["m_group_valid"], steps)
 
 
 def at_steps(x: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
