@@ -318,3 +318,16 @@ def test_train_cli_context_errors_write_nothing(tmp_path):
                 env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})  # fmt: skip
     one_line_error(cql, "context")
     assert not (tmp_path / "m1").exists() and not (tmp_path / "m2" / "model.pt").exists()
+
+
+def test_fine_tuning_keeps_its_base_models_context(tmp_path, monkeypatch):
+    """A base model attends to its n_slices: fine-tuning it on windows of another length is refused
+    before any work, on windows of its own length accepted."""
+    from pmoss.learn.train import TrainError, prepare, train
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    data = make_tokens(tmp_path / "tok")
+    train(data, tmp_path / "base", TrainConfig(**{**TINY, "max_steps": 1, "context": 8}), progress=False)
+    with pytest.raises(TrainError, match="attends to 8 slices"):
+        prepare(data, TrainConfig(**{**TINY, "context": 4}), tmp_path / "base", "dt")
+    assert prepare(data, TrainConfig(**{**TINY, "context": 8}), tmp_path / "base", "dt")[1].n_slices == 8
