@@ -44,7 +44,7 @@ from pmoss.contracts.snapshot import SLICE_FEATURES  # noqa: E402
 from pmoss.data.dataset import write_tokens  # noqa: E402
 from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats  # noqa: E402
 from pmoss.learn.algorithms import build_algorithm  # noqa: E402
-from pmoss.learn.learner import at_steps, batch_inputs, in_window, sample_steps, sample_window  # noqa: E402
+from pmoss.learn.learner import at_steps, at_window, batch_inputs, episode_steps, sample_steps, sample_window  # noqa: E402
 from pmoss.learn.train import (  # noqa: E402
     EpisodeArrays,
     StepBatchSampler,
@@ -83,14 +83,10 @@ def loader(ds: EpisodeArrays, batch_size: int) -> torch.utils.data.DataLoader:
 def step_inputs(batch: dict, cfg: TrainConfig) -> tuple[torch.Tensor | None, tuple, torch.Tensor, torch.Tensor]:
     """What an update's forward reads, as `action_losses` builds it: (scored steps, (summary, chosen,
     every group's features), return-to-go, targets); with cfg.context, of one window per episode."""
-    start = sample_window(batch, cfg.context)
-    window = None if start is None else (start, cfg.context)
-    steps = sample_steps(batch, cfg.loss_steps, cfg.context if window else None)
+    window = sample_window(batch, cfg.context)
+    steps = sample_steps(batch, cfg.loss_steps, window[1] if window else None)
     inputs = batch_inputs(batch, steps, window)
-    if window is None:
-        return steps, inputs, batch["rtg"], at_steps(batch["actions"], steps)
-    scored = start[:, None] + (steps if steps is not None else torch.arange(cfg.context, device=start.device))
-    return steps, inputs, in_window(batch["rtg"], start, cfg.context), at_steps(batch["actions"], scored)
+    return steps, inputs, at_window(batch["rtg"], window), at_steps(batch["actions"], episode_steps(steps, window))
 
 
 def loader_samples_per_s(ds: EpisodeArrays, cfg: TrainConfig, batches: int, device: torch.device) -> float:

@@ -183,7 +183,7 @@ def test_windowed_training_scores_are_the_windowed_rollouts(bundle_dir, tmp_path
     with torch.no_grad():
         for t in range(n):
             s = max(0, t - C + 1)
-            scores = policy_scores(model, batch, torch.full((B, 1), t - s), torch.full((B,), s), C)[:, 0]  # [B, G]
+            scores = policy_scores(model, batch, torch.full((B, 1), t - s), (torch.full((B,), s), C))[:, 0]  # [B, G]
             logp = torch.log_softmax(scores.masked_fill(blocked[t], float("-inf")), -1)
             ll += logp.gather(-1, batch["actions"][:, t : t + 1])[:, 0]
     np.testing.assert_allclose(ll.numpy(), loglik, rtol=1e-4, atol=1e-3)

@@ -277,8 +277,7 @@ def test_training_window_of_the_whole_episode_is_the_episode(tmp_path):
     model = build_algorithm("dt", model_config_for(ds.stats, TrainConfig(**TINY), "dt"), TrainConfig(**TINY)).model.eval()
     assert sample_window(batch, N) is None and sample_window(batch, None) is None
     whole = policy_scores(model, batch)
-    start = torch.zeros(4, dtype=torch.long)
-    assert torch.equal(policy_scores(model, batch, None, start, N), whole)
+    assert torch.equal(policy_scores(model, batch, None, (torch.zeros(4, dtype=torch.long), N)), whole)
 
 
 @pytest.mark.parametrize("algo", ["dt", "bc"])
@@ -294,7 +293,7 @@ def test_training_windows_set_the_models_context(tmp_path, algo):
     assert model_cfg.n_slices == 5
     assert model_config_for(ds.stats, TrainConfig(**{**TINY, "context": 4 * N}), algo).n_slices == N
     batch = _batch(ds, list(range(8)))
-    starts = torch.cat([sample_window(batch, 5) for _ in range(200)])
+    starts = torch.cat([sample_window(batch, 5)[0] for _ in range(200)])
     assert starts.min() == 0 and starts.max() == N - 5  # every window fits, the first and last ones occur
     torch.manual_seed(0)
     learner = build_algorithm(algo, model_cfg, cfg)

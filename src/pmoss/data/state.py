@@ -194,6 +194,17 @@ def exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], 1).cumsum(1)
 
 
+def window_slices(window: tuple[torch.Tensor, int]) -> torch.Tensor:
+    """The slices [B, C] of a window (start [B], C) of each episode."""
+    start, context = window
+    return start[:, None] + torch.arange(context, device=start.device)
+
+
+def at_slices(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x [B, N, ...] at slices idx [B, K] -> [B, K, ...]."""
+    return torch.gather(x, 1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
+
+
 def teacher_forced(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor],
                    steps: torch.Tensor | None = None, window: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Model inputs of whole episodes whose groups are known (training): groups [B, N], feats
@@ -201,12 +212,10 @@ def teacher_forced(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tenso
     group's features at `steps` [B, K] (default: every step) [B, K, G, D]). window (start [B], C):
     the inputs of C slices from start of each episode only ([B, C, ...]; steps count from start),
     with the state and positions of the whole episode."""
-    B, N = groups.shape
     workers, prev, summary, chosen, share = _path(groups, feats, share, m) if window is None else _window_path(groups, feats, share, m, *window)
     if steps is None:
         return summary, chosen, groups_at(workers, prev, share, m)
-    sel = lambda x: torch.gather(x, 1, steps.view(B, -1, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))  # noqa: E731
-    return summary, chosen, groups_at(sel(workers), sel(prev), sel(share), m)
+    return summary, chosen, groups_at(at_slices(workers, steps), at_slices(prev, steps), at_slices(share, steps), m)
 
 
 def _path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -230,11 +239,10 @@ def _window_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor,
     rows = member_rows(groups, m, values.dtype)  # [B, N, W]
     before = (torch.arange(N, device=groups.device)[None, :] < start[:, None]).to(values.dtype)  # [B, N]
     base = torch.bmm((rows * before[..., None]).transpose(1, 2), values)  # [B, W, 2+F] placed before the window
-    idx = start[:, None] + torch.arange(context, device=groups.device)  # [B, C] the window's slices
-    at = lambda x: torch.gather(x, 1, idx.view(B, context, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))  # noqa: E731
-    g, v, r, sh = at(groups), at(values), at(rows), at(share)
+    idx = window_slices((start, context))  # [B, C]
+    g, v, r, sh = (at_slices(x, idx) for x in (groups, values, rows, share))
     workers = base[:, None] + exclusive_cumsum(r[..., None] * v[:, :, None, :])  # [B, C, W, 2+F] before each step
-    prev = at(torch.cat([groups.new_full((B, 1), -1), groups[:, :-1]], 1))
+    prev = at_slices(torch.cat([groups.new_full((B, 1), -1), groups[:, :-1]], 1), idx)
     summary = summary_at(workers, sh, idx, N, m)
     chosen = groups_at(workers, prev, sh, m, g[..., None])[:, :, 0]
     return workers, prev, summary, chosen, sh

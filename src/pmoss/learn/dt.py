@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from pmoss.learn.learner import Algorithm, Batch, at_steps, policy_scores, sample_steps, sample_window, window_generator
+from pmoss.learn.learner import Algorithm, Batch, at_steps, episode_steps, policy_scores, sample_steps, sample_window, window_generator
 from pmoss.learn.model import DecisionTransformer, DTConfig
 
 if TYPE_CHECKING:
@@ -24,12 +24,10 @@ def action_losses(model: DecisionTransformer, batch: Batch, loss_steps: int | No
     at `loss_steps` random slices per episode (an unbiased estimate of the all-slice loss); with
     `context`, of a random window of that many slices per episode (`sample_window`, drawn from
     `window_gen` if given)."""
-    start = sample_window(batch, context, window_gen)
-    steps = sample_steps(batch, loss_steps, context if start is not None else None)
-    logits = policy_scores(model, batch, steps, start, context)  # [B, K, G]
-    if start is not None:  # the scored slices in the episode
-        steps = start[:, None] + (steps if steps is not None else torch.arange(context, device=start.device))  # type: ignore[arg-type]
-    target = at_steps(batch["actions"], steps)
+    window = sample_window(batch, context, window_gen)
+    steps = sample_steps(batch, loss_steps, window[1] if window else None)
+    logits = policy_scores(model, batch, steps, window)  # [B, K, G]
+    target = at_steps(batch["actions"], episode_steps(steps, window))
     loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
     acc = (logits.argmax(-1) == target).float().mean()
     return {"loss": loss, "acc": acc}

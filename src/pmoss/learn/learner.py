@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.nn as nn
 
-from pmoss.data.state import teacher_forced
+from pmoss.data.state import at_slices, teacher_forced, window_slices
 from pmoss.learn.model import DecisionTransformer, cosine_lr
 
 if TYPE_CHECKING:
@@ -42,16 +42,19 @@ def sample_steps(batch: Batch, k: int | None, n: int | None = None) -> torch.Ten
     return torch.rand(B, n).argsort(-1)[:, :k].sort(-1).values.to(batch["actions"].device)
 
 
-def sample_window(batch: Batch, context: int | None, generator: torch.Generator | None = None) -> torch.Tensor | None:
-    """The first slice [B] of a window of `context` slices in each episode, uniform over the
-    episode, or None where the window holds the whole episode. A rollout longer than the model's
-    training length attends to the meta token and the last `n_slices` slices (rollout.py), so a
-    window cut from a longer episode, with its state and positions from the whole episode, is what
-    such a step reads."""
+Window = tuple[torch.Tensor, int]  # (first slice [B], slices C) of one window per episode
+
+
+def sample_window(batch: Batch, context: int | None, generator: torch.Generator | None = None) -> Window | None:
+    """A window of `context` slices in each episode, its first slice uniform over the episode, or
+    None where the window holds the whole episode. A rollout longer than the model's training
+    length attends to the meta token and the last `n_slices` slices (rollout.py), so a window cut
+    from a longer episode, with its state and positions from the whole episode, is what such a step
+    reads."""
     B, N = batch["actions"].shape
     if not context or context >= N:
         return None
-    return torch.randint(0, N - context + 1, (B,), generator=generator).to(batch["actions"].device)
+    return torch.randint(0, N - context + 1, (B,), generator=generator).to(batch["actions"].device), context
 
 
 def window_generator(training: bool) -> torch.Generator | None:
@@ -60,35 +63,34 @@ def window_generator(training: bool) -> torch.Generator | None:
     return None if training else torch.Generator().manual_seed(0)
 
 
-def in_window(x: torch.Tensor, start: torch.Tensor, context: int) -> torch.Tensor:
-    """x [B, N, ...] at the window's slices start .. start + context - 1 -> [B, context, ...]."""
-    idx = start[:, None] + torch.arange(context, device=x.device)
-    return torch.gather(x, 1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
+def at_window(x: torch.Tensor, window: Window | None) -> torch.Tensor:
+    """x [B, N, ...] in the window ([B, C, ...]; all of x without one)."""
+    return x if window is None else at_slices(x, window_slices(window))
 
 
-def batch_inputs(batch: Batch, steps: torch.Tensor | None = None, window: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def episode_steps(steps: torch.Tensor | None, window: Window | None) -> torch.Tensor | None:
+    """Steps counted from the window's first slice as slices of the episode (None: every slice of the window, or of the episode)."""
+    if window is None:
+        return steps
+    return window_slices(window) if steps is None else window[0][:, None] + steps
+
+
+def batch_inputs(batch: Batch, steps: torch.Tensor | None = None, window: Window | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(state summaries [B, N, S], the data's groups' features [B, N, D], every group's features at
-    `steps` [B, K, G, D]), teacher forced (slice t's own counters excluded); with `window` (start
-    [B], C), of those C slices only ([B, C, ...], steps counted from start)."""
+    `steps` [B, K, G, D]), teacher forced (slice t's own counters excluded); with a `window`, of its
+    C slices only ([B, C, ...], steps counted from its first slice)."""
     # inputs, not parameters: no graph needed; and exact fp32 under bf16 autocast (masked max/min
     # use fp32's largest value, which bf16 cannot hold)
     with torch.no_grad(), torch.autocast(batch["actions"].device.type, enabled=False):
         return teacher_forced(batch["actions"], batch["feats"], batch["share"], batch, steps, window)
 
 
-def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor | None = None, start: torch.Tensor | None = None,
-                  context: int | None = None) -> torch.Tensor:  # fmt: skip
+def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor | None = None, window: Window | None = None) -> torch.Tensor:
     """Teacher-forced scores [B, K, G] of the batch's policy network (logits or Q-values) at `steps`;
-    with `start` (`sample_window`), the model reads the meta token and the window of `context` slices
-    from there, steps [B, K] count from the window's first slice."""
-    if start is None:
-        summary, chosen, groups = batch_inputs(batch, steps)
-        return model(batch["meta"], batch["rtg"], summary, chosen, groups, batch["m_group_valid"], steps)
-    assert context is not None, "a window needs its length"
-    if steps is None:
-        steps = torch.arange(context, device=start.device).expand(len(start), context)
-    summary, chosen, groups = batch_inputs(batch, steps, (start, context))  # the window's, with the state of the whole episode
-    return model(batch["meta"], in_window(batch["rtg"], start, context), summary, chosen, groups, batch["m_group_valid"], steps)
+    with a `window` (`sample_window`), the model reads the meta token and the window's slices, and
+    steps count from its first slice."""
+    summary, chosen, groups = batch_inputs(batch, steps, window)
+    return model(batch["meta"], at_window(batch["rtg"], window), summary, chosen, groups, batch["m_group_valid"], steps)
 
 
 def at_steps(x: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
