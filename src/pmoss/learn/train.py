@@ -268,9 +268,13 @@ def build_learner(algorithm):
     return Learner()
 
 
-def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConfig:
+def _check_context(cfg: TrainConfig, algo: str) -> None:
     if cfg.context and algo not in ("dt", "bc"):
         raise TrainError(f"context: training windows are for the policies (dt, bc); --algo {algo} reads whole episodes")
+
+
+def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConfig:
+    _check_context(cfg, algo)
     n_slices = min(cfg.context or stats.n_slices, stats.n_slices)
     try:
         return DTConfig(**{**cfg.model, "n_slices": n_slices, "n_features": len(stats.feature_names), "n_meta": len(stats.meta_names),
@@ -283,6 +287,7 @@ def prepare(data: Path, cfg: TrainConfig, init: Path | None, algo: str) -> tuple
     """Normalisation stats, model shape and the base model (fine-tuning) for a run."""
     if algo not in ALGOS:
         raise TrainError(f"--algo {algo}: expected one of {', '.join(ALGOS)}")
+    _check_context(cfg, algo)  # before any data is read
     base = load_bundle(init) if init else None
     table, stats, machines = load_tokens(data)
     if base is None:
