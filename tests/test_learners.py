@@ -303,6 +303,26 @@ def test_training_windows_set_the_models_context(tmp_path, algo):
     for bad in ("cql", "critic"):
         with pytest.raises(TrainError, match="context"):
             model_config_for(ds.stats, cfg, bad)
+    with pytest.raises(TrainError, match="slice_tokens 1"):  # not built: a window's first token needs the action before it
+        model_config_for(ds.stats, TrainConfig(**{**TINY, "context": 5, "model": {**TINY["model"], "slice_tokens": 1}}), algo)
+
+
+@pytest.mark.parametrize("algo", ["dt", "bc", "cql"])
+def test_one_token_a_slice_policies_train(tmp_path, algo):
+    """`slice_tokens: 1` under a config's `model` trains every policy learner; a critic refuses it by name."""
+    from pmoss.learn.train import TrainError
+
+    ds = EpisodeArrays(make_tokens(tmp_path / "tok"), "train")
+    cfg = TrainConfig(**{**TINY, "model": {**TINY["model"], "slice_tokens": 1}})
+    model_cfg = model_config_for(ds.stats, cfg, algo)
+    assert model_cfg.slice_tokens == 1
+    torch.manual_seed(0)
+    learner = build_algorithm(algo, model_cfg, cfg)
+    batch = _batch(ds, list(range(8)))
+    first = learner.update(batch)["loss"]
+    assert np.isfinite(first)
+    with pytest.raises(TrainError, match="slice_tokens"):
+        model_config_for(ds.stats, cfg, "critic")
 
 
 def test_train_cli_context_errors_write_nothing(tmp_path):

@@ -19,10 +19,10 @@ from pmoss.learn.rollout import propose, rollout, snapshot_inputs
 N = 12
 
 
-def _bundle(machine, seed=0) -> Bundle:
+def _bundle(machine, seed=0, slice_tokens=3) -> Bundle:
     torch.manual_seed(seed)
     f, m = len(SLICE_FEATURES), len(META_NAMES)
-    cfg = DTConfig(n_layer=2, n_head=2, n_embd=32, group_hidden=16, dropout=0.0, n_slices=N, n_features=f, n_meta=m)
+    cfg = DTConfig(n_layer=2, n_head=2, n_embd=32, group_hidden=16, dropout=0.0, n_slices=N, n_features=f, n_meta=m, slice_tokens=slice_tokens)
     stats = Stats(feature_mean=[0.0] * f, feature_std=[1.0] * f, meta_mean=[0.0] * m, meta_std=[1.0] * m,
                   best_return={f"{machine.name}|ycsb-c": 1000.0}, n_slices=N)  # fmt: skip
     return Bundle(cfg, stats, DecisionTransformer(cfg).state_dict(), {"algo": "dt"})
@@ -93,6 +93,36 @@ def test_state_excludes_own_slice_and_running_state_matches():
         run.place(groups[:, t])
 
 
+def test_rollout_reads_the_running_state_as_training_builds_it():
+    """The rollout's lean reads of the running state (the summary, the chosen groups' rows, the head's
+    scores from the rows' parts: learn/rollout.PointerScores) equal the reference at every step:
+    the feature rows of every group that training builds, and GroupHead over them."""
+    from pmoss.learn.rollout import PointerScores
+
+    m = small_machine(nodes=2, cpus_per_node=6)
+    mt = _batched(m, 3)
+    rng = np.random.default_rng(4)
+    groups, feats, share = _episode(m, rng, len(SLICE_FEATURES))
+    model = _bundle(m, seed=5).model()
+    for p in model.head.parameters():  # weights of the scale training reaches, so every column of W_g counts
+        torch.nn.init.normal_(p, std=0.5)
+    run = RunningState(mt, feats[0], share[0])
+    pointer = PointerScores(model.head, run)
+    G = groups_of(m).n
+    picks = torch.as_tensor(rng.integers(0, G, (3, N)))
+    picks[1] = picks[0]  # two rows alike
+    picks[2, 1::2] = picks[2, ::2]  # the same group twice in a row (`took`)
+    for t in range(N):
+        summary, every = run.features()
+        torch.testing.assert_close(run.summary(), summary, rtol=1e-5, atol=1e-5)
+        h = torch.randn(3, model.cfg.n_embd)
+        torch.testing.assert_close(pointer(h), model.head(h[:, None], every, mt["m_group_valid"])[:, 0], rtol=1e-4, atol=1e-4)
+        a = picks[:, t]
+        torch.testing.assert_close(run.rows(a), every[torch.arange(3), 0, a], rtol=1e-5, atol=1e-6)
+        pointer.place(a)
+        run.place(a)
+
+
 def test_schedule_path_matches_teacher_forced():
     """The return model's input, computed without the per-worker state of every channel, is the
     teacher-forced summary and chosen-group features (machines of two sizes padded into one batch)."""
@@ -112,9 +142,10 @@ def test_schedule_path_matches_teacher_forced():
     assert torch.equal(s3[1, :6], s2[1, :6]) and torch.equal(c3[1, :6], c2[1, :6]) and not torch.equal(s3[1, 6:], s2[1, 6:])
 
 
-def test_causal_prediction_ignores_future():
+@pytest.mark.parametrize("slice_tokens", [3, 1])
+def test_causal_prediction_ignores_future(slice_tokens):
     m = small_machine(nodes=2, cpus_per_node=6)
-    model = _bundle(m).model()
+    model = _bundle(m, slice_tokens=slice_tokens).model()
     mt = _batched(m)
     rng = np.random.default_rng(1)
     groups, _, share = _episode(m, rng)
@@ -170,9 +201,10 @@ def test_critic_trimmed_last_block_equals_full():
         assert torch.allclose(full, trimmed, rtol=1e-5, atol=1e-6) and not torch.allclose(full[0], full[1])
 
 
-def test_kv_rollout_matches_full_forward():
+@pytest.mark.parametrize("slice_tokens", [3, 1])
+def test_kv_rollout_matches_full_forward(slice_tokens):
     m = small_machine(nodes=2, cpus_per_node=6)
-    b = _bundle(m, seed=3)
+    b = _bundle(m, seed=3, slice_tokens=slice_tokens)
     row = _row(np.random.default_rng(0))
     chosen, _ = rollout(b, m, row, cap=N, load_cap=None)  # no cap binds
     model = b.model()
@@ -183,6 +215,34 @@ def test_kv_rollout_matches_full_forward():
     inputs = teacher_forced(groups, feats[None], torch.as_tensor(share, dtype=torch.float32)[None], mt)
     logits = model(meta[None], rtg, *inputs, mt["m_group_valid"])
     assert torch.equal(logits.argmax(-1), groups)
+    # and the rollout's log-likelihood is the teacher-forced one, slice by slice
+    sampled, loglik = rollout(b, m, row, cap=N, load_cap=None, batch=3, temperature=1.0, seed=1)
+    for a, ll in zip(sampled, loglik, strict=True):
+        scores = model(meta[None], rtg, *teacher_forced(torch.as_tensor(a)[None], feats[None], torch.as_tensor(share, dtype=torch.float32)[None], mt), mt["m_group_valid"])
+        got = torch.log_softmax(scores.detach(), -1)[0, torch.arange(N), torch.as_tensor(a)].sum()
+        assert abs(float(got) - float(ll)) < 1e-4
+
+
+def test_one_token_a_slice_reads_the_same_inputs():
+    """slice_tokens=1: each slice's token holds its return, its state and the previous slice's action,
+    so the prediction for slice t moves with action t-1 (in its own token), and only slice 0 reads no action."""
+    m = small_machine(nodes=2, cpus_per_node=6)
+    model = _bundle(m, slice_tokens=1).model()
+    mt = _batched(m)
+    groups, _, share = _episode(m, np.random.default_rng(2))
+    feats = torch.randn(1, N, len(SLICE_FEATURES))
+    meta, rtg = torch.randn(1, len(META_NAMES)), torch.rand(1, N)
+    summary, chosen, cand = teacher_forced(groups, feats, share, mt)
+    out = model(meta, rtg, summary, chosen, cand, mt["m_group_valid"])
+    moved = chosen.clone()
+    moved[0, 4] += 1.0  # slice 4's action, as slice 5's token reads it (the state after is unchanged here)
+    out2 = model(meta, rtg, summary, moved, cand, mt["m_group_valid"])
+    assert torch.equal(out[0, :5], out2[0, :5]) and not torch.allclose(out[0, 5], out2[0, 5])
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in _bundle(m).model().parameters())
+    with pytest.raises(ValueError, match="slice_tokens"):
+        DTConfig(slice_tokens=2)
+    with pytest.raises(ValueError, match="slice_tokens=1"):
+        DTConfig(slice_tokens=1, value_head=True)
 
 
 def _blocks_with_mask(model: DecisionTransformer, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -196,15 +256,19 @@ def _blocks_with_mask(model: DecisionTransformer, x: torch.Tensor, mask: torch.T
     return model.ln_f(x)
 
 
-def test_windowed_kv_cache_is_banded_attention():
+@pytest.mark.parametrize("slice_tokens", [3, 1])
+def test_windowed_kv_cache_is_banded_attention(slice_tokens):
     """A rollout longer than the model's training episodes attends, at each step, to the meta token and
     the last `window` tokens: the decoder with a windowed cache equals the blocks over the whole
     sequence under that banded mask, and differs from whole-episode attention once the window moves."""
     torch.manual_seed(0)
-    model = DecisionTransformer(DTConfig(n_layer=2, n_head=2, n_embd=32, dropout=0.0)).eval()
-    calls = [3] * 10  # meta + rtg + state, then the previous action + rtg + state per slice
+    model = DecisionTransformer(DTConfig(n_layer=2, n_head=2, n_embd=32, dropout=0.0, slice_tokens=slice_tokens)).eval()
+    if slice_tokens == 3:  # meta + rtg + state, then the previous action + rtg + state per slice
+        calls, window = [3] * 10, 3 * 3 - 1  # a context of 3 slices
+    else:  # meta + the first slice's token, then one token a slice
+        calls, window = [2] + [1] * 20, 3
     ends = np.cumsum(calls)
-    T, window = int(ends[-1]), 3 * 3 - 1  # a context of 3 slices
+    T = int(ends[-1])
     x = torch.randn(2, T, 32)
     mask = torch.zeros(T, T, dtype=torch.bool)
     for n, e in zip(calls, ends, strict=True):
@@ -219,16 +283,17 @@ def test_windowed_kv_cache_is_banded_attention():
         want = _blocks_with_mask(model, x, mask)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert torch.equal(got[:, : window + 1], full[:, : window + 1])  # before the window moves: the whole-episode bits
-    assert not torch.allclose(got[:, -3:], full[:, -3:], atol=1e-4)
+    assert not torch.allclose(got[:, -calls[-1]:], full[:, -calls[-1]:], atol=1e-4)
     # the cache holds the meta token and the window, whatever the episode's length
     assert [c.k.shape[2] for c in model.new_caches(1, 3 * 10**6, window=window)] == [window + 1] * 2
 
 
-def test_rollout_context_defaults_to_the_training_length():
+@pytest.mark.parametrize("slice_tokens", [3, 1])
+def test_rollout_context_defaults_to_the_training_length(slice_tokens):
     """Up to the training episode's length a rollout reads the whole episode; a longer one the last
     n_slices slices (its first n_slices choices are the whole-episode rollout's)."""
     m = small_machine(nodes=2, cpus_per_node=6)
-    b = _bundle(m, seed=3)
+    b = _bundle(m, seed=3, slice_tokens=slice_tokens)
     row = _row(np.random.default_rng(0), 4 * N)
     windowed, _ = rollout(b, m, row)
     whole, _ = rollout(b, m, row, context=4 * N)

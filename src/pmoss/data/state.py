@@ -336,11 +336,13 @@ class RunningState:
     Per-worker channels as training builds them (the summary reads them whole: O(W)), and each
     group's member mean kept incrementally: placing on group a adds |a & h| / (|a| |h|) x the slice's
     values to every group h that shares a worker with a, O(R) groups, where the dense form re-read
-    all G x W memberships every step. The means differ from that form only by float rounding."""
+    all G x W memberships every step. The means differ from that form only by float rounding.
+    A rollout reads `summary`, the node means and `rows` of the chosen groups, never every group's
+    feature row (`features`, the reference: the head scores groups from their parts, learn/rollout.py)."""
 
     def __init__(self, m: dict[str, torch.Tensor], feats: torch.Tensor, share: torch.Tensor, sparse: SparseGroups | None = None):
-        """m: machine tensors with a batch dim [B, ...] (one machine); feats [N, F] and share [N] of the
-        snapshot; sparse: sparse_groups of m's member matrix (built here when not given)."""
+        """m: machine tensors with a batch dim [B, ...] (one machine, unpadded); feats [N, F] and share [N]
+        of the snapshot; sparse: sparse_groups of m's member matrix (built here when not given)."""
         self.m, self.feats, self.share = m, feats, share
         self.sparse = sparse or sparse_groups(m["m_member"][0].numpy())
         B, W = m["m_worker_node"].shape
@@ -351,20 +353,54 @@ class RunningState:
         self.idx = torch.arange(G).expand(B, 1, G)
         self.prev = torch.full((B, 1), -1, dtype=torch.long)
         self.t = 0
+        # what every step reads and no placement changes, computed once
+        self.values = step_values(feats[None], share[None], self.N, m)[0]  # [N, C] what each slice brings, as `place` spread it
+        self.n_w = float(W)
+        self.node_member = m["m_node_member"][:1].expand(B, -1, -1)  # [B, M, W]
+        self.group_node = m["m_group_node"][0]  # [G]
+        self.static = m["m_group_static"][0]  # [G, GROUP_STATIC]
+        self.size = m["m_group_size"][0].to(feats.dtype)  # [G]
+        self.node_size = m["m_node_workers"][0].to(feats.dtype)  # [M]
+        # a group's row but its means and node state: static, 1/|g|, 1/|its node|
+        self.group_table = torch.cat([self.static, 1 / self.size[:, None], 1 / self.node_size[self.group_node][:, None]], -1)
+        self.batch = torch.arange(B)
+        self.node = self.workers.new_zeros(B, self.node_member.shape[1], 2)  # node occ, load: `summary` sets it
 
     def features(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(summary [B, 1, S], every group's features [B, 1, G, D]) before slice t."""
+        """(summary [B, 1, S], every group's features [B, 1, G, D]) before slice t, as training builds them."""
         B, W1, C = self.workers.shape
         share = self.share[self.t].expand(B, 1)
         workers = self.workers[:, None, : W1 - 1]  # [B, 1, W, C]
         summary = summary_at(workers, share, torch.full((B, 1), self.t), self.N, self.m)
         return summary, groups_at(workers, self.prev, share, self.m, self.idx, self.gmean[:, None, :-1])
 
+    def summary(self) -> torch.Tensor:
+        """The state token's input before slice t, [B, 1, S] (`summary_at` of one step up to float
+        rounding, in a third of its kernel calls), and each node's mean occupancy and load (`self.node`)."""
+        workers = self.workers[:, :-1]  # [B, W, C]
+        self.node = torch.bmm(self.node_member, workers[..., :2])  # [B, M, 2]
+        std, _ = torch.std_mean(workers[..., 1], -1, correction=0)
+        lo, hi = torch.aminmax(self.node[..., 1], dim=-1)
+        head = torch.stack([torch.full_like(std, float(self.share[self.t]) * self.N), torch.full_like(std, self.t / self.N),
+                            workers[..., 1].amax(-1), std, hi, lo], -1)  # fmt: skip
+        return torch.cat([head, workers.sum(1) / self.n_w], -1)[:, None]
+
+    def rows(self, groups: torch.Tensor) -> torch.Tensor:
+        """The features of `groups` [B] before slice t (their rows of `features`), [B, D]; after `summary`."""
+        b, n = self.batch, self.group_node[groups]  # [B]
+        node, tab = self.node[b, n], self.group_table[groups]  # [B, 2], [B, GROUP_STATIC + 2]
+        prev = self.prev[:, 0]
+        took = (groups == prev).to(node.dtype)
+        node_took = (n == self.group_node[prev]).to(node.dtype) if self.t > 0 else torch.zeros_like(took)
+        sh = float(self.share[self.t]) * self.n_w
+        dyn = torch.stack([node[:, 0], node[:, 1], took, node_took, sh * tab[:, -2], node[:, 1] + sh * tab[:, -1]], -1)
+        return torch.cat([self.gmean[b, groups], tab[:, :-2], dyn], -1)
+
     def place(self, groups: torch.Tensor) -> None:
         """groups [B]: the groups given slice t."""
         B, _, C = self.workers.shape
         sp, t = self.sparse, self.t
-        values = step_values(self.feats[t].expand(B, 1, -1), self.share[t].expand(B, 1), self.N, self.m)[:, 0]  # [B, C]
+        values = self.values[t].expand(B, C)
         rows = sp.rows[groups]  # [B, L]
         inc = sp.inv_size[groups][:, None] * values  # [B, C]: what each member gets, as `spread` computes it
         self.workers.scatter_add_(1, rows[..., None].expand(-1, -1, C), inc[:, None].expand(-1, rows.shape[1], -1))

@@ -166,8 +166,10 @@ def load_bundle(path: Path) -> Bundle:
         raw = torch.load(path, map_location="cpu", weights_only=True)
         _verify(raw, path)
         return _bundle(raw)
-    # a damaged zip or pickle fails in many ways: one line naming the file for all of them
-    except (OSError, RuntimeError, KeyError, TypeError, ValueError, AttributeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+    # a damaged zip or pickle fails in many ways (torch's weights-only unpickler also raises IndexError
+    # and AssertionError on some flipped bytes): one line naming the file for all of them
+    except (OSError, RuntimeError, KeyError, IndexError, AssertionError, TypeError, ValueError, AttributeError, EOFError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as e:  # fmt: skip
         raise ContractError(f"{path}: not a readable P-MOSS model bundle ({brief(e)})") from e
 
 

@@ -4,9 +4,12 @@ Architecture only (no Lightning, no data I/O). Departures from the published res
 deliberate and marked: a slice-index (timestep) embedding, return-to-go already scaled to O(1)
 by the caller, and scores masked to the machine's candidate groups.
 
-Token layout: position 0 = meta token; slice t uses positions 1+3t (rtg), 2+3t (state),
-3+3t (action). The action for slice t is predicted from the hidden state at its state token,
-which by causality sees the meta token, everything of slices < t, and rtg_t/state_t only.
+Token layout (`slice_tokens: 3`, the paper's): position 0 = meta token; slice t uses positions
+1+3t (rtg), 2+3t (state), 3+3t (action). The action for slice t is predicted from the hidden state
+at its state token, which by causality sees the meta token, everything of slices < t, and
+rtg_t/state_t only. `slice_tokens: 1` (departure, issue #39): one token a slice, at 1+t, the sum
+of the embeddings of rtg_t, state_t and slice t-1's action (none before slice 0); it sees the same
+inputs, and a rollout step feeds one token through the network instead of three.
 
 Nothing in the network has the size of a machine or of N (departure from the paper's conv tile
 encoder and per-cell head, beyond it): the state token embeds a summary of the worker state, an
@@ -45,10 +48,18 @@ class DTConfig:
     # step, equal on validation seeds but 0.005-0.015 lower on the grid's evaluation seeds (docs/benchmarks-model.md).
     # Bundles saved before the field existed load with True, the layout they were trained with.
     rtg_token: bool = True
+    # tokens a slice of a policy: 3 = [rtg, state, action] (the paper's layout); 1 = their embeddings
+    # summed into one token, with the previous slice's action (module docstring): a third of the
+    # tokens a rollout step decodes and attends to (issue #39). Bundles saved before the field load with 3.
+    slice_tokens: int = 3
 
     def __post_init__(self) -> None:
         if not self.rtg_token and not self.value_head:
             raise ValueError("rtg_token=False is for value-head models (the critic); a policy reads its actions at 3 tokens a slice")
+        if self.slice_tokens not in (1, 3):
+            raise ValueError(f"slice_tokens: {self.slice_tokens} is not 1 or 3")
+        if self.slice_tokens == 1 and self.value_head:
+            raise ValueError("slice_tokens=1 is for policies; the critic reads its actions at their own tokens (rtg_token)")
 
     @property
     def group_features(self) -> int:
@@ -83,8 +94,8 @@ class KVCache:
         self.ring = {} if ring is None else ring  # the last call's ring slots and mask, shared by the layers (all append the same tokens)
         self.length = 0  # tokens appended so far
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Store k, v [B, H, T, D]; return the keys/values the new tokens attend to and their mask [T, keys]."""
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Store k, v [B, H, T, D]; return the keys/values the new tokens attend to and their mask [T, keys] (None: every key)."""
         T, slots = k.shape[2], self.k.shape[2]
         start, end = self.length, self.length + T
         self.length = end
@@ -93,6 +104,10 @@ class KVCache:
             return self.k[:, :, :end], self.v[:, :, :end], self.causal[start:end, :end]
         assert self.window is not None and slots == self.window + 1, f"KV cache full: {end} tokens > {slots}"
         assert T < self.window, f"KV cache window of {self.window} tokens is narrower than the {T} new ones"
+        if T == 1:  # one token (slice_tokens=1): one slot by plain slicing, and it sees every slot (no mask)
+            p = 1 + (start - 1) % self.window
+            self.k[:, :, p : p + 1], self.v[:, :, p : p + 1] = k, v
+            return self.k, self.v, None
         if self.ring.get("call") != (start, T):
             at = 1 + (torch.arange(start, end, device=k.device) - 1) % self.window  # token p lives in ring slot 1 + (p - 1) mod window
             mask = torch.ones(T, slots, dtype=torch.bool, device=k.device)
@@ -122,6 +137,10 @@ def _attend(qkv: torch.Tensor, n_head: int, cache: KVCache | None, rows: torch.T
     tokens' queries -> [B, len(rows), C]."""
     B, T, C3 = qkv.shape
     C = C3 // 3
+    if T == 1 and cache is not None and cache.length > 0:  # a one-token decode step: [B, 1, H, D] is [B, H, 1, D] in memory
+        q, k, v = qkv.view(B, 3, n_head, 1, C // n_head).unbind(1)
+        k, v, _ = cache.append(k, v)
+        return F.scaled_dot_product_attention(q, k, v).view(B, 1, C)
     q, k, v = qkv.split(C, dim=2)
     if rows is not None:
         q = q[:, rows]
@@ -228,16 +247,27 @@ class DecisionTransformer(nn.Module):
             parts.append(self.embed_action(chosen) + pos + self.embed_kind.weight[2])
         return torch.stack(parts, dim=2).flatten(1, 2)
 
+    def slice_token(self, rtg: torch.Tensor, summary: torch.Tensor, before: torch.Tensor | None, pos: torch.Tensor) -> torch.Tensor:
+        """One token a slice (slice_tokens=1): rtg [B, T], summary [B, T, S], `before` [B, T, D] the
+        features of each slice's previous action (None: the first slice's, no action), pos [B, T, E] -> [B, T, E]."""
+        r = self.embed_rtg(rtg.unsqueeze(-1) if self.cfg.use_return else torch.zeros_like(rtg).unsqueeze(-1))
+        x = r + self.embed_state(summary) + pos
+        return x if before is None else x + self.embed_action(before)
+
     def forward(self, meta: torch.Tensor, rtg: torch.Tensor, summary: torch.Tensor, chosen: torch.Tensor, groups: torch.Tensor,
                 valid: torch.Tensor, steps: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Teacher-forced scores [B, K, G] of every candidate group at K slices (`steps` [B, K], default
         all N); invalid groups are -inf. meta [B, M], rtg [B, N], summary [B, N, S], chosen [B, N, D]
         (the data's groups' features), groups [B, K, G, D] (every group's features at those steps), valid [B, G]."""
-        x = torch.cat([self.embed_meta(meta).unsqueeze(1), self.step_tokens(rtg, summary, chosen)], dim=1)
-        x = self.drop(x)
+        if self.cfg.slice_tokens == 1:  # each slice's token holds the previous slice's action (none before the first)
+            before = torch.cat([torch.zeros_like(chosen[:, :1]), chosen[:, :-1]], 1)
+            tokens, at = self.slice_token(rtg, summary, before, self.position(summary)), slice(1, None)
+        else:
+            tokens, at = self.step_tokens(rtg, summary, chosen), slice(2, None, 3)
+        x = self.drop(torch.cat([self.embed_meta(meta).unsqueeze(1), tokens], dim=1))
         for block in self.blocks:
             x = block(x)
-        h = self.ln_f(x[:, 2::3])  # hidden states at the state tokens, [B, N, E]
+        h = self.ln_f(x[:, at])  # hidden states at the tokens each action is predicted from, [B, N, E]
         if steps is not None:
             h = torch.gather(h, 1, steps[..., None].expand(-1, -1, h.shape[-1]))
         return self.head(h, groups, valid)
@@ -266,17 +296,54 @@ class DecisionTransformer(nn.Module):
         """The slice-position embedding of [..., S] state summaries (position t/N is summary[..., 1]) -> [..., E]."""
         return self.embed_slice(fourier(summary[..., 1]))
 
+    def step_embedder(self, rtg: torch.Tensor) -> Callable[[int, torch.Tensor, torch.Tensor | None], torch.Tensor]:
+        """A rollout's token embedding (eval mode, no grad): rtg [N] the return-to-go before each slice ->
+        embed(t, summary [B, 1, S], before [B, D] | None) = the tokens step t feeds, [B, T, E]: slice t-1's
+        action (`before`, its chosen group's features; None at t = 0), rtg_t and state_t, in this model's
+        layout. What does not depend on the state (return and position embeddings) is computed for every
+        step at once, and the layers are called as functions (`decoder`): 13 -> 5 kernel calls a step.
+        Equal to `step_tokens`/`slice_token`/`action_token` up to float rounding (tests)."""
+        assert not self.training, "step_embedder() skips dropout: call it on a model in eval mode"
+        n = rtg.shape[0]
+        pos = self.embed_slice(fourier(torch.arange(n, dtype=rtg.dtype, device=rtg.device) / n))  # [N, E], as position(summary)
+        r = self.embed_rtg((rtg if self.cfg.use_return else torch.zeros_like(rtg))[:, None])  # [N, E]
+        (w1, b1), (w2, b2) = ((m.weight, m.bias) for m in (self.embed_state[0], self.embed_state[2]))
+        wa, ba = self.embed_action.weight, self.embed_action.bias
+        kind = self.embed_kind.weight
+
+        def state(summary: torch.Tensor) -> torch.Tensor:
+            return F.linear(F.gelu(F.linear(summary, w1, b1)), w2, b2)
+
+        if self.cfg.slice_tokens == 1:
+            base = r + pos
+
+            def embed(t: int, summary: torch.Tensor, before: torch.Tensor | None) -> torch.Tensor:
+                x = state(summary) + base[t]
+                return x if before is None else x + F.linear(before, wa, ba)[:, None]
+
+            return embed
+        rtg_tok, state_pos, action_pos = r + pos + kind[0], pos + kind[1], pos + kind[2]
+
+        def embed(t: int, summary: torch.Tensor, before: torch.Tensor | None) -> torch.Tensor:
+            B = summary.shape[0]
+            toks = [rtg_tok[t].expand(B, 1, -1), state(summary) + state_pos[t]]
+            if before is not None:
+                toks.insert(0, (F.linear(before, wa, ba) + action_pos[t - 1])[:, None])
+            return torch.cat(toks, 1)
+
+        return embed
+
     def action_token(self, chosen: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Embedding of a slice's chosen group (rollout): chosen [B, D] and its step's position [B, E] -> [B, 1, E]."""
         return (self.embed_action(chosen) + pos + self.embed_kind.weight[2]).unsqueeze(1)
 
     def new_caches(self, batch: int, max_tokens: int | None = None, window: int | None = None) -> list[KVCache]:
         """Empty per-layer KV caches for a rollout of `batch` episodes of `max_tokens` (default: meta +
-        3 tokens per slice); window: the most tokens after the meta token a query attends to
+        the tokens of n_slices slices); window: the most tokens after the meta token a query attends to
         (KVCache; the cache then holds at most window + 1 tokens, whatever max_tokens)."""
         c = self.cfg
         p = self.embed_meta.weight
-        n = max_tokens or 1 + 3 * c.n_slices
+        n = max_tokens or 1 + c.slice_tokens * c.n_slices
         n = n if window is None else min(n, window + 1)  # a windowed cache holds at most the meta token and the window
         causal = torch.ones(n, n, dtype=torch.bool, device=p.device).tril()
         ring: dict = {}

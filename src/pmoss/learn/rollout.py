@@ -2,8 +2,8 @@
 
 Input: a machine descriptor, one raw snapshot taken under the currently running schedule, and a
 target return (factor x the best throughput the model saw for that machine and workload; the
-paper uses 2x). Each step feeds 2-3 new tokens through the cached transformer, so a rollout costs
-N small forward passes instead of N full-context ones. Eligibility masking and a cap of k slices
+paper uses 2x). Each step feeds 2-3 new tokens (one with `slice_tokens: 1`) through the cached
+transformer, so a rollout costs N small forward passes instead of N full-context ones. Eligibility masking and a cap of k slices
 per core (inference only) keep every action valid; the result is validated before it is returned.
 
 Return-to-go after slice t decreases by the slice's share of the snapshot's throughput times the
@@ -18,10 +18,11 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from pmoss.contracts.machine import Machine
 from pmoss.contracts.schedule import LOAD_CAP, Schedule
-from pmoss.data.state import RunningState, SparseGroups, as_tensors, machine_arrays, sparse_groups
+from pmoss.data.state import GROUP_STATIC, RunningState, SparseGroups, as_tensors, machine_arrays, sparse_groups
 from pmoss.data.tokens import normalise_snapshot
 from pmoss.learn.bundle import Bundle
 
@@ -73,7 +74,7 @@ class Busiest:
         """added [G]: slice t's load per member of each group -> (slices, load) of each group's busiest member with slice t, [B, G] each."""
         sp = self.sparse
         B = self.occ_load.shape[0]
-        busiest = self.occ_load.new_zeros(B, sp.inv_size.shape[0], 2).scatter_reduce_(1, self.segment, self.occ_load[:, sp.member_worker], "amax")
+        busiest = self.occ_load.new_zeros(B, sp.inv_size.shape[0], 2).scatter_reduce_(1, self.segment, self.occ_load.index_select(1, sp.member_worker), "amax")
         return busiest[..., 0] + sp.inv_size, busiest[..., 1] + added
 
     def place(self, groups: torch.Tensor, added: torch.Tensor) -> None:
@@ -81,6 +82,54 @@ class Busiest:
         rows = self.sparse.rows[groups]  # [B, L]
         inc = torch.stack([self.sparse.inv_size[groups], added[groups]], -1)  # [B, 2]
         self.occ_load.scatter_add_(1, rows[..., None].expand(-1, -1, 2), inc[:, None].expand(-1, rows.shape[1], -1))
+
+
+class PointerScores:
+    """The group head's scores of every group at one rollout step, from the running state's parts
+    instead of every group's feature row (`GroupHead`: v . gelu(W_g x_g + W_h h)). W_g x_g is linear in
+    x_g = [member means | static | dynamic], so: the static part is projected once; the member
+    means' part is kept as the means are (`RunningState.place`: the groups sharing a worker with the
+    chosen one); of the dynamic part, node occupancy and load (and whether the node took the last
+    slice) are per node, what a member would carry of slice t is a fixed column times its share,
+    and only the group that took the last slice gets its `took` column. Per step: O(M + G) kernels'
+    worth of one [B, G, k] sum, where building the rows was ~25 kernel calls over [B, G, D].
+    Equal to GroupHead over the full rows up to float rounding (tests/test_model.py)."""
+
+    def __init__(self, head: torch.nn.Module, state: RunningState):
+        w, C, S = head.group.weight, state.workers.shape[-1], GROUP_STATIC  # [k, D]
+        wm, ws, wd = w[:, :C], w[:, C : C + S], w[:, C + S :]
+        self.state, self.sparse = state, state.sparse
+        self.means_w = wm.T.contiguous()  # [C, k]
+        self.static = F.linear(state.static, ws, head.group.bias)  # [G, k]
+        # per unit of share_t x W: what each member carries (column 4) and its node's load with it (column 5)
+        self.share_w = wd[:, 4] / state.size[:, None] + wd[:, 5] / state.node_size[state.group_node][:, None]  # [G, k]
+        self.node_w = torch.stack([wd[:, 0], wd[:, 1] + wd[:, 5]])  # [2, k]: node occ, node load
+        self.took_w, self.node_took_w = wd[:, 2], wd[:, 3]
+        self.query, self.score = head.query, head.score
+        B, G1 = state.gmean.shape[:2]
+        self.means = state.gmean.new_zeros(B, G1, w.shape[0])  # [B, G + 1, k]: the member means times W_g's columns
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """h [B, E] at slice t's token -> scores [B, G] (after `state.summary()`, which sets the node means)."""
+        st = self.state
+        b, gn = st.batch, st.group_node
+        node = st.node @ self.node_w  # [B, M, k]
+        if st.t > 0:  # every row has placed slice t-1
+            prev = st.prev[:, 0]
+            node.index_put_((b, gn[prev]), self.node_took_w, accumulate=True)
+        z = torch.index_select(node, 1, gn).add_(self.means[:, :-1]).add_(self.static)
+        z.add_(self.share_w, alpha=float(st.share[st.t]) * st.n_w)
+        if st.t > 0:
+            z.index_put_((b, prev), self.took_w, accumulate=True)
+        z.add_(F.linear(h, self.query.weight, self.query.bias)[:, None])
+        return F.linear(F.gelu(z), self.score.weight, self.score.bias)[..., 0]
+
+    def place(self, groups: torch.Tensor) -> None:
+        """groups [B] take slice t: before `state.place`."""
+        st, sp = self.state, self.sparse
+        over, coef = sp.overlap[groups], sp.overlap_coef[groups]  # [B, R]
+        proj = st.values[st.t] @ self.means_w  # [k]: slice t's values through W_g's member-mean columns
+        self.means.scatter_add_(1, over[..., None].expand(-1, -1, proj.shape[0]), coef[..., None] * proj)
 
 
 @torch.inference_mode()
@@ -106,7 +155,7 @@ def rollout(
     N = len(share)
     arrays = machine_arrays(machine)
     m = {k: v.unsqueeze(0).expand(batch, *v.shape) for k, v in as_tensors(arrays).items()}
-    valid = m["m_group_valid"]  # [B, G]
+    assert bool(m["m_group_valid"].all()), "rollout: one unpadded machine (every group valid)"
     sparse = sparse_groups(arrays.member)
     # A cap of k slices per worker (inference only; a slice counts 1/|g| on each member of its group).
     # Default: the fair share, as every one-core heuristic places (2x it let cores run double load).
@@ -116,37 +165,40 @@ def rollout(
     context = context or model.cfg.n_slices
     if context < 2:
         raise ValueError(f"rollout: context must be at least 2 slices, got {context}")
-    caches, decode = model.new_caches(batch, 1 + 3 * N, window=3 * context - 1), model.decoder()  # training's last state token sees 3 x n_slices - 1 after the meta token
+    window = context if model.cfg.slice_tokens == 1 else 3 * context - 1  # what training's last slice sees after the meta token
+    caches, decode = model.new_caches(batch, 1 + model.cfg.slice_tokens * N, window=window), model.decoder()
     algo_of(bundle)  # a bundle of an unknown algorithm fails here, not with a wrong schedule
-    rtg_seq = return_to_go(share, target_factor)
+    embed = model.step_embedder(return_to_go(share, target_factor))
+    scores = PointerScores(model.head, state)
     busy = Busiest(sparse, batch, machine.n_workers)
     lcap = float("inf") if load_cap is None else load_cap
     chosen = torch.zeros(batch, N, dtype=torch.long)
     loglik = torch.zeros(batch)
     rows = torch.arange(batch)
-    x = model.embed_meta(meta).expand(batch, 1, -1)  # [B, 1, E]
+    x, before = model.embed_meta(meta).expand(batch, 1, -1), None  # [B, 1, E]; the previous slice's chosen group's features [B, D]
     for t in range(N):
-        summary, groups = state.features()  # [B, 1, S], [B, 1, G, D]
-        pos = model.position(summary)  # [B, 1, E]: the state's and, next step, the action's
-        x = torch.cat([x, model.step_tokens(rtg_seq[t].expand(batch, 1), summary, None, pos)], dim=1)  # + rtg_t, state_t
-        h = decode(x, caches)[:, -1:]  # [B, 1, E] at state_t
+        summary = state.summary()  # [B, 1, S]
+        x = torch.cat([x, embed(t, summary, before)], 1) if t == 0 else embed(t, summary, before)
+        h = decode(x, caches)[:, -1]  # [B, E] at the token slice t's action is predicted from
         added = sparse.inv_size * float(share[t] * machine.n_workers)  # [G] slice t's load on each member of each group
         after, after_load = busy.after(added)  # [B, G] busiest member's slices and load with slice t added
-        blocked = ~valid | (after > cap + 1e-6) | (after_load > lcap + 1e-6)
-        # a slice that fits under no cap goes to the groups whose busiest member ends least loaded
-        least = after_load.masked_fill(~valid, float("inf")).amin(-1, keepdim=True)
-        blocked = torch.where(blocked.all(-1, keepdim=True), ~valid | (after_load > least * (1 + 1e-6)), blocked)
+        blocked = (after > cap + 1e-6) | (after_load > lcap + 1e-6)
+        full = blocked.all(-1)
+        if bool(full.any()):  # a slice that fits under no cap goes to the groups whose busiest member ends least loaded
+            least = after_load.amin(-1, keepdim=True)
+            blocked = torch.where(full[:, None], after_load > least * (1 + 1e-6), blocked)
         if blocked_out is not None:
             blocked_out.append(blocked)
-        logp = torch.log_softmax(model.head(h, groups, valid)[:, 0].masked_fill(blocked, float("-inf")), -1)  # [B, G]
+        logp = torch.log_softmax(scores(h).masked_fill_(blocked, float("-inf")), -1)  # [B, G]
         a = logp.argmax(-1) if temperature <= 0 else torch.multinomial(torch.softmax(logp / temperature, -1), 1, generator=gen).squeeze(-1)
         if greedy_first:
             a[0] = logp[0].argmax()
         loglik += logp[rows, a]
         chosen[:, t] = a
+        before = state.rows(a)
+        scores.place(a)
         state.place(a)
         busy.place(a, added)
-        x = model.action_token(groups[rows, 0, a], pos[:, 0])  # fed with the next step's tokens
     return chosen.numpy(), loglik.numpy()
 
 
