@@ -11,7 +11,8 @@ runs it: the inference a critic-ranked version costs, scoring included.
 Baselines, same run: the same rollout without the KV cache (a full-context forward per slice), the
 rollout before issue #39 (tests/dense_rollout.py: dense [groups x workers] state per step, whole
 episode in the attention), greedy and as dt-critic serves it, and at 2,048 slices today's rollout
-with the whole episode in the attention instead of the model's training length (256 slices here). Peak memory: how far one call raises a fresh process's peak RSS
+with the whole episode in the attention instead of the model's training length (256 slices here);
+and at 2,048 slices the same shapes with one token a slice (slice_tokens: 1), greedy and served. Peak memory: how far one call raises a fresh process's peak RSS
 (`--peak greedy|dense|served` prints just that).
 Uses the paper's reference model size (6 layers, 8 heads, 128 dims) with random weights: speed
 does not depend on what the weights learned.
@@ -232,6 +233,21 @@ def main() -> None:
     write_record("inference_dt_critic_1024_workers", f"dt-critic best-of-{k} + heuristics, critic-ranked ({n_big} slices, 16 nodes x 64 workers, 6L/8H/128D + 2L critic, training/critic-tiny.yaml, {threads} threads)",
                  med(served), "s", "greedy rollout, same size (same run, 1 thread)", big_t, target_s=2.0, meets_target=med(served) <= 2.0,
                  rounds=rounds, whole_episode_s=served_whole, peak_rss_mib=peak_mib("served", threads))  # fmt: skip
+    # One token a slice (slice_tokens: 1, docs/model.md): the same shapes, a third of the tokens a step decodes.
+    torch.set_num_threads(1)
+    one = {name: bundle_for(big, slice_tokens=1, **shape) for name, shape in (("reference", {}), ("grid", {"n_layer": 3, "n_head": 4}))}
+    models = {name: b1.model() for name, b1 in one.items()}
+    t1 = interleaved({name: lambda name=name: rollout(one[name], big, row_big, model=models[name]) for name in one}, rounds)
+    write_record("inference_rollout_1024_workers_1token", f"rollout time (greedy, {n_big} slices, 16 nodes x 64 workers, 6L/8H/128D, one token a slice)",
+                 med(t1["reference"]), "s", "the same policy shape at 3 tokens a slice (inference_rollout_1024_workers, same run)", big_t,
+                 target_s=1.0, meets_target=med(t1["reference"]) <= 1.0, grid_shape_s=med(t1["grid"]), grid_shape="3L/4H/128D, one token a slice",
+                 rounds=rounds, context_slices=N)  # fmt: skip
+    torch.set_num_threads(threads)
+    paired1 = served_bundle(one["reference"], big, "critic-tiny.yaml", row_big)
+    served1 = [best_time(lambda: propose(paired1, big, row_big, **settings), repeat=1) for _ in range(rounds)]  # type: ignore[arg-type]
+    write_record("inference_dt_critic_1024_workers_1token", f"dt-critic best-of-{k} + heuristics, critic-ranked ({n_big} slices, 16 nodes x 64 workers, 6L/8H/128D one token a slice + 2L critic, training/critic-tiny.yaml, {threads} threads)",
+                 med(served1), "s", "the same at 3 tokens a slice (inference_dt_critic_1024_workers, same run)", med(served), target_s=2.0,
+                 meets_target=med(served1) <= 2.0, rounds=rounds)  # fmt: skip
 
 
 if __name__ == "__main__":

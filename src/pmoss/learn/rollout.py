@@ -132,6 +132,56 @@ class PointerScores:
         self.means.scatter_add_(1, over[..., None].expand(-1, -1, proj.shape[0]), coef[..., None] * proj)
 
 
+class PaperReads:
+    """What a rollout step of the paper's layout (3 tokens a slice) reads: every group's feature row
+    and GroupHead over them, the arithmetic its models were trained and evaluated with, bit for bit
+    (the demo's and the grid's published figures reproduce)."""
+
+    def __init__(self, model: torch.nn.Module, state: RunningState, rtg: torch.Tensor):
+        self.model, self.state, self.rtg = model, state, rtg
+        self.batch = torch.arange(state.workers.shape[0])
+        self.valid = state.m["m_group_valid"]
+        self.before: tuple[torch.Tensor, torch.Tensor] | None = None  # slice t-1's chosen rows and position
+
+    def tokens(self, t: int) -> torch.Tensor:
+        """Slice t-1's action token (t > 0), then rtg_t and state_t: [B, 2 or 3, E]."""
+        m = self.model
+        summary, self.groups = self.state.features()  # [B, 1, S], [B, 1, G, D]
+        self.pos = m.position(summary)  # [B, 1, E]: the state's and, next step, the action's
+        new = m.step_tokens(self.rtg[t].expand(summary.shape[0], 1), summary, None, self.pos)
+        return new if self.before is None else torch.cat([m.action_token(*self.before), new], 1)
+
+    def scores(self, h: torch.Tensor) -> torch.Tensor:
+        return self.model.head(h[:, None], self.groups, self.valid)[:, 0]
+
+    def place(self, a: torch.Tensor) -> None:
+        self.before = (self.groups[self.batch, 0, a], self.pos[:, 0])
+        self.state.place(a)
+
+
+class LeanReads:
+    """What a rollout step of one token a slice reads: the state's summary, the chosen groups' rows
+    and the head's scores from the rows' parts (`RunningState.summary/rows`, `PointerScores`,
+    `step_embedder`), about half the kernel calls of `PaperReads`. Equal to it up to float rounding,
+    which is why only the new layout uses it: a rounding difference can flip a sampled slice, and
+    the paper layout's published models keep their figures."""
+
+    def __init__(self, model: torch.nn.Module, state: RunningState, rtg: torch.Tensor):
+        self.state, self.embed, self.pointer = state, model.step_embedder(rtg), PointerScores(model.head, state)
+        self.before: torch.Tensor | None = None  # slice t-1's chosen groups' features [B, D]
+
+    def tokens(self, t: int) -> torch.Tensor:
+        return self.embed(t, self.state.summary(), self.before)
+
+    def scores(self, h: torch.Tensor) -> torch.Tensor:
+        return self.pointer(h)
+
+    def place(self, a: torch.Tensor) -> None:
+        self.before = self.state.rows(a)
+        self.pointer.place(a)
+        self.state.place(a)
+
+
 @torch.inference_mode()
 def rollout(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, target_factor: float = 2.0, batch: int = 1,
@@ -168,18 +218,16 @@ def rollout(
     window = context if model.cfg.slice_tokens == 1 else 3 * context - 1  # what training's last slice sees after the meta token
     caches, decode = model.new_caches(batch, 1 + model.cfg.slice_tokens * N, window=window), model.decoder()
     algo_of(bundle)  # a bundle of an unknown algorithm fails here, not with a wrong schedule
-    embed = model.step_embedder(return_to_go(share, target_factor))
-    scores = PointerScores(model.head, state)
+    reads = (LeanReads if model.cfg.slice_tokens == 1 else PaperReads)(model, state, return_to_go(share, target_factor))
     busy = Busiest(sparse, batch, machine.n_workers)
     lcap = float("inf") if load_cap is None else load_cap
     chosen = torch.zeros(batch, N, dtype=torch.long)
     loglik = torch.zeros(batch)
     rows = torch.arange(batch)
-    x, before = model.embed_meta(meta).expand(batch, 1, -1), None  # [B, 1, E]; the previous slice's chosen group's features [B, D]
+    meta_token = model.embed_meta(meta).expand(batch, 1, -1)  # [B, 1, E]
     for t in range(N):
-        summary = state.summary()  # [B, 1, S]
-        x = torch.cat([x, embed(t, summary, before)], 1) if t == 0 else embed(t, summary, before)
-        h = decode(x, caches)[:, -1]  # [B, E] at the token slice t's action is predicted from
+        x = reads.tokens(t)
+        h = decode(torch.cat([meta_token, x], 1) if t == 0 else x, caches)[:, -1]  # [B, E] at the token slice t's action is predicted from
         added = sparse.inv_size * float(share[t] * machine.n_workers)  # [G] slice t's load on each member of each group
         after, after_load = busy.after(added)  # [B, G] busiest member's slices and load with slice t added
         blocked = (after > cap + 1e-6) | (after_load > lcap + 1e-6)
@@ -189,15 +237,13 @@ def rollout(
             blocked = torch.where(full[:, None], after_load > least * (1 + 1e-6), blocked)
         if blocked_out is not None:
             blocked_out.append(blocked)
-        logp = torch.log_softmax(scores(h).masked_fill_(blocked, float("-inf")), -1)  # [B, G]
+        logp = torch.log_softmax(reads.scores(h).masked_fill_(blocked, float("-inf")), -1)  # [B, G]
         a = logp.argmax(-1) if temperature <= 0 else torch.multinomial(torch.softmax(logp / temperature, -1), 1, generator=gen).squeeze(-1)
         if greedy_first:
             a[0] = logp[0].argmax()
         loglik += logp[rows, a]
         chosen[:, t] = a
-        before = state.rows(a)
-        scores.place(a)
-        state.place(a)
+        reads.place(a)
         busy.place(a, added)
     return chosen.numpy(), loglik.numpy()
 
