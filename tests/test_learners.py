@@ -350,3 +350,15 @@ def test_fine_tuning_keeps_its_base_models_context(tmp_path, monkeypatch):
     with pytest.raises(TrainError, match="attends to 8 slices"):
         prepare(data, TrainConfig(**{**TINY, "context": 4}), tmp_path / "base", "dt")
     assert prepare(data, TrainConfig(**{**TINY, "context": 8}), tmp_path / "base", "dt")[1].n_slices == 8
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "training").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_training_config_builds_its_model(path):
+    """Each training/*.yaml reads as a TrainConfig and its `model:` as a DTConfig (a misspelt or
+    invalid field fails here, not in a pipeline stage)."""
+    import yaml
+
+    from pmoss.learn.model import DTConfig
+
+    cfg = TrainConfig(**yaml.safe_load(path.read_text()))
+    DTConfig(**cfg.model, value_head="critic" in path.name)
