@@ -365,11 +365,13 @@ class DecisionTransformer(nn.Module):
                    b.mlp[0].weight, b.mlp[0].bias, b.mlp[2].weight, b.mlp[2].bias, b.attn.n_head) for b in self.blocks]  # fmt: skip
         final = ln(self.ln_f)
 
+        norm = torch.layer_norm  # F.layer_norm's kernel without its Python wrapper
+
         def run(x: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
             for (ln1, wqkv, bqkv, wo, bo, ln2, w1, b1, w2, b2, n_head), cache in zip(layers, caches, strict=True):
-                x = x + F.linear(_attend(F.linear(F.layer_norm(x, *ln1), wqkv, bqkv), n_head, cache), wo, bo)
-                x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, *ln2), w1, b1)), w2, b2)
-            return F.layer_norm(x, *final)
+                x = x + F.linear(_attend(F.linear(norm(x, *ln1), wqkv, bqkv), n_head, cache), wo, bo)
+                x = x + F.linear(F.gelu(F.linear(norm(x, *ln2), w1, b1)), w2, b2)
+            return norm(x, *final)
 
         return run
 
