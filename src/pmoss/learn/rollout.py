@@ -108,6 +108,7 @@ class PointerScores:
         self.query, self.score = head.query, head.score
         B, G1 = state.gmean.shape[:2]
         self.means = state.gmean.new_zeros(B, G1, w.shape[0])  # [B, G + 1, k]: the member means times W_g's columns
+        self.proj = state.values @ self.means_w  # [N, k]: each slice's values through those columns
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """h [B, E] at slice t's token -> scores [B, G] (after `state.summary()`, which sets the node means)."""
@@ -128,7 +129,7 @@ class PointerScores:
         """groups [B] take slice t: before `state.place`."""
         st, sp = self.state, self.sparse
         over, coef = sp.overlap[groups], sp.overlap_coef[groups]  # [B, R]
-        proj = st.values[st.t] @ self.means_w  # [k]: slice t's values through W_g's member-mean columns
+        proj = self.proj[st.t]  # [k]
         self.means.scatter_add_(1, over[..., None].expand(-1, -1, proj.shape[0]), coef[..., None] * proj)
 
 
@@ -221,9 +222,7 @@ def rollout(
     reads = (LeanReads if model.cfg.slice_tokens == 1 else PaperReads)(model, state, return_to_go(share, target_factor))
     busy = Busiest(sparse, batch, machine.n_workers)
     lcap = float("inf") if load_cap is None else load_cap
-    chosen = torch.zeros(batch, N, dtype=torch.long)
-    loglik = torch.zeros(batch)
-    rows = torch.arange(batch)
+    chosen, loglik = [], torch.zeros(batch)  # each step's groups [B]; the running total of their log-probabilities
     meta_token = model.embed_meta(meta).expand(batch, 1, -1)  # [B, 1, E]
     for t in range(N):
         x = reads.tokens(t)
@@ -241,11 +240,11 @@ def rollout(
         a = logp.argmax(-1) if temperature <= 0 else torch.multinomial(torch.softmax(logp / temperature, -1), 1, generator=gen).squeeze(-1)
         if greedy_first:
             a[0] = logp[0].argmax()
-        loglik += logp[rows, a]
-        chosen[:, t] = a
+        loglik += logp.gather(1, a[:, None])[:, 0]
+        chosen.append(a)
         reads.place(a)
         busy.place(a, added)
-    return chosen.numpy(), loglik.numpy()
+    return torch.stack(chosen, 1).numpy(), loglik.numpy()
 
 
 Scorer = Literal["likelihood", "critic"]
