@@ -158,17 +158,31 @@ def test_bad_input_is_one_line_and_writes_nothing(bundle_dir, tmp_path, args, ne
     assert not out.exists()
 
 
-def test_windowed_training_scores_are_the_windowed_rollouts(bundle_dir, tmp_path):
+@pytest.mark.parametrize("slice_tokens", [3, 1])
+def test_windowed_training_scores_are_the_windowed_rollouts(bundle_dir, tmp_path, slice_tokens):
     """Training on windows (`TrainConfig.context`) scores what a rollout longer than the model's
     n_slices (32) reads: slice t's scores from the window that ends at t (the meta token, the
-    slices t - 31 .. t, with the state and positions of the whole episode) give the rollout's own
-    masked log-likelihood of a 96-slice schedule. A wrong window offset, state or position fails it."""
+    slices t - 31 .. t, with the state and positions of the whole episode; with one token a slice,
+    the action before the window in its first token) give the rollout's own masked log-likelihood of
+    a 96-slice schedule. A wrong window offset, state, position or previous action fails it."""
+    import dataclasses
+
     from pmoss.collect.plan import load_pool
     from pmoss.data.state import as_tensors, machine_arrays
+    from pmoss.learn.bundle import Bundle
     from pmoss.learn.learner import policy_scores
+    from pmoss.learn.model import DecisionTransformer
     from pmoss.learn.rollout import return_to_go, snapshot_inputs
 
     b = load_bundle(bundle_dir)
+    if slice_tokens == 1:  # the same shapes and statistics, one token a slice, random weights
+        torch.manual_seed(0)
+        cfg = dataclasses.replace(b.config, slice_tokens=1)
+        net = DecisionTransformer(cfg)
+        for layer in net.modules():  # weights of a trained model's scale: the previous action in the window's first token moves the scores
+            if isinstance(layer, torch.nn.Linear):
+                torch.nn.init.normal_(layer.weight, std=0.3)
+        b = Bundle(cfg, b.stats, net.state_dict(), b.info)
     C, n = b.config.n_slices, 96
     m = load_sim_machine("intel-skx-4s")
     row = snapshot(m, "ycsb-c", load_pool(_pool(tmp_path, POOL.replace("n_slices: 32", f"n_slices: {n}"))), 0)

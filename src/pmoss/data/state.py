@@ -248,6 +248,22 @@ def _window_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor,
     return workers, prev, summary, chosen, sh
 
 
+def window_before(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor], start: torch.Tensor) -> torch.Tensor:
+    """The features of the group that took the slice before each window (start [B]), as `_path`
+    gives them at that slice: [B, D], zeros where a window starts its episode (a one-token-a-slice
+    model reads the previous slice's action in each slice's token, the window's first included)."""
+    B, N = groups.shape
+    s = (start - 1).clamp(min=0)  # the slice before the window
+    values = step_values(feats, share, N, m)  # [B, N, 2+F]
+    rows = member_rows(groups, m, values.dtype)  # [B, N, W]
+    earlier = (torch.arange(N, device=groups.device)[None, :] < s[:, None]).to(values.dtype)  # [B, N] slices before s
+    workers = torch.bmm((rows * earlier[..., None]).transpose(1, 2), values)  # [B, W, 2+F] before slice s
+    prev = torch.where(s > 0, groups.gather(1, (s - 1).clamp(min=0)[:, None])[:, 0], -1)
+    g, sh = groups.gather(1, s[:, None]), share.gather(1, s[:, None])  # [B, 1]
+    row = groups_at(workers[:, None], prev[:, None], sh, m, g[..., None])[:, 0, 0]  # [B, D]
+    return row * (start > 0).to(row.dtype)[:, None]
+
+
 def chosen_means(groups: torch.Tensor, values: torch.Tensor, sparse: SparseGroups) -> torch.Tensor:
     """What steps < t put on each member of step t's group, the members' mean: groups [B, N], values
     [B, N, C] (before the split over the group) -> [B, N, C]. Every group's mean kept incrementally,

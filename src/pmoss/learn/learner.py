@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.nn as nn
 
-from pmoss.data.state import at_slices, teacher_forced, window_slices
+from pmoss.data.state import at_slices, teacher_forced, window_before, window_slices
 from pmoss.learn.model import DecisionTransformer, cosine_lr
 
 if TYPE_CHECKING:
@@ -90,7 +90,11 @@ def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor 
     with a `window` (`sample_window`), the model reads the meta token and the window's slices, and
     steps count from its first slice."""
     summary, chosen, groups = batch_inputs(batch, steps, window)
-    return model(batch["meta"], at_window(batch["rtg"], window), summary, chosen, groups, batch["m_group_valid"], steps)
+    before = None
+    if window is not None and model.cfg.slice_tokens == 1:  # the window's first token holds the action before it
+        with torch.no_grad(), torch.autocast(batch["actions"].device.type, enabled=False):
+            before = window_before(batch["actions"], batch["feats"], batch["share"], batch, window[0])
+    return model(batch["meta"], at_window(batch["rtg"], window), summary, chosen, groups, batch["m_group_valid"], steps, before)
 
 
 def at_steps(x: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:

@@ -255,13 +255,15 @@ class DecisionTransformer(nn.Module):
         return x if before is None else x + self.embed_action(before)
 
     def forward(self, meta: torch.Tensor, rtg: torch.Tensor, summary: torch.Tensor, chosen: torch.Tensor, groups: torch.Tensor,
-                valid: torch.Tensor, steps: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+                valid: torch.Tensor, steps: torch.Tensor | None = None, before: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Teacher-forced scores [B, K, G] of every candidate group at K slices (`steps` [B, K], default
         all N); invalid groups are -inf. meta [B, M], rtg [B, N], summary [B, N, S], chosen [B, N, D]
-        (the data's groups' features), groups [B, K, G, D] (every group's features at those steps), valid [B, G]."""
-        if self.cfg.slice_tokens == 1:  # each slice's token holds the previous slice's action (none before the first)
-            before = torch.cat([torch.zeros_like(chosen[:, :1]), chosen[:, :-1]], 1)
-            tokens, at = self.slice_token(rtg, summary, before, self.position(summary)), slice(1, None)
+        (the data's groups' features), groups [B, K, G, D] (every group's features at those steps), valid [B, G].
+        before [B, D] (slice_tokens=1): the action before the first slice (a window's; None: the episode's start, none)."""
+        if self.cfg.slice_tokens == 1:  # each slice's token holds the previous slice's action
+            first = torch.zeros_like(chosen[:, :1]) if before is None else before[:, None]
+            tokens = self.slice_token(rtg, summary, torch.cat([first, chosen[:, :-1]], 1), self.position(summary))
+            at = slice(1, None)
         else:
             tokens, at = self.step_tokens(rtg, summary, chosen), slice(2, None, 3)
         x = self.drop(torch.cat([self.embed_meta(meta).unsqueeze(1), tokens], dim=1))

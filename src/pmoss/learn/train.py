@@ -271,8 +271,6 @@ def build_learner(algorithm):
 def _check_context(cfg: TrainConfig, algo: str) -> None:
     if cfg.context and algo not in ("dt", "bc"):
         raise TrainError(f"context: training windows are for the policies (dt, bc); --algo {algo} reads whole episodes")
-    if cfg.context and cfg.model.get("slice_tokens") == 1:  # a window's first token would need the action before the window
-        raise TrainError("context: training windows are not built for slice_tokens 1 (one token a slice); train it on whole episodes")
 
 
 def model_config_for(stats: Stats, cfg: TrainConfig, algo: str = "dt") -> DTConfig:
