@@ -44,7 +44,7 @@ from pmoss.contracts.snapshot import SLICE_FEATURES  # noqa: E402
 from pmoss.data.dataset import write_tokens  # noqa: E402
 from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats  # noqa: E402
 from pmoss.learn.algorithms import build_algorithm  # noqa: E402
-from pmoss.learn.learner import at_steps, at_window, batch_inputs, episode_steps, sample_steps, sample_window  # noqa: E402
+from pmoss.learn.learner import action_before, at_steps, at_window, batch_inputs, episode_steps, sample_steps, sample_window  # noqa: E402
 from pmoss.learn.train import (  # noqa: E402
     EpisodeArrays,
     StepBatchSampler,
@@ -82,10 +82,11 @@ def loader(ds: EpisodeArrays, batch_size: int) -> torch.utils.data.DataLoader:
 
 def step_inputs(batch: dict, cfg: TrainConfig) -> tuple[torch.Tensor | None, tuple, torch.Tensor, torch.Tensor]:
     """What an update's forward reads, as `action_losses` builds it: (scored steps, (summary, chosen,
-    every group's features), return-to-go, targets); with cfg.context, of one window per episode."""
+    every group's features, the action before the window: one token a slice), return-to-go, targets);
+    with cfg.context, of one window per episode."""
     window = sample_window(batch, cfg.context)
     steps = sample_steps(batch, cfg.loss_steps, window[1] if window else None)
-    inputs = batch_inputs(batch, steps, window)
+    inputs = (*batch_inputs(batch, steps, window), action_before(cfg.model.get("slice_tokens", 3), batch, window))
     return steps, inputs, at_window(batch["rtg"], window), at_steps(batch["actions"], episode_steps(steps, window))
 
 
@@ -126,7 +127,7 @@ def step_flops(cfg: TrainConfig, ds: EpisodeArrays) -> float:
     """Matmul FLOPs of one update (2 per multiply-add; backward = 2 x forward)."""
     mc = model_config_for(ds.stats, cfg)
     B, N, E, L = cfg.batch_size, mc.n_slices, mc.n_embd, mc.n_layer
-    T = 1 + 3 * N
+    T = 1 + mc.slice_tokens * N  # tokens an item holds
     G = int(ds.machine_tensors[ds.machine_of[0]]["m_group_valid"].sum())
     K = min(cfg.loss_steps or N, N)
     blocks = L * (2 * T * 12 * E * E + 2 * 2 * T * T * E)  # qkv/proj/mlp + attention scores and values, per episode
@@ -145,10 +146,10 @@ def profile_step(ds: EpisodeArrays, cfg: TrainConfig, device: torch.device, step
     for i in range(steps + 1):
         batch = {k: v.to(device) for k, v in next(it).items()}
         t0 = time.perf_counter()
-        steps_k, (summary, chosen, groups), rtg, target = step_inputs(batch, cfg)
+        steps_k, (summary, chosen, groups, before), rtg, target = step_inputs(batch, cfg)
         _sync(device)
         t1 = time.perf_counter()
-        logits = algo.model(batch["meta"], rtg, summary, chosen, groups, batch["m_group_valid"], steps_k)
+        logits = algo.model(batch["meta"], rtg, summary, chosen, groups, batch["m_group_valid"], steps_k, before)
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
         _sync(device)
         t2 = time.perf_counter()

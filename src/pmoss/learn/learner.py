@@ -90,11 +90,17 @@ def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor 
     with a `window` (`sample_window`), the model reads the meta token and the window's slices, and
     steps count from its first slice."""
     summary, chosen, groups = batch_inputs(batch, steps, window)
-    before = None
-    if window is not None and model.cfg.slice_tokens == 1:  # the window's first token holds the action before it
-        with torch.no_grad(), torch.autocast(batch["actions"].device.type, enabled=False):
-            before = window_before(batch["actions"], batch["feats"], batch["share"], batch, window[0])
+    before = action_before(model.cfg.slice_tokens, batch, window)
     return model(batch["meta"], at_window(batch["rtg"], window), summary, chosen, groups, batch["m_group_valid"], steps, before)
+
+
+def action_before(slice_tokens: int, batch: Batch, window: Window | None) -> torch.Tensor | None:
+    """The features of the action before each window [B, D] where a model of one token a slice reads
+    it (the window's first token holds it); None otherwise (whole episodes start with no action)."""
+    if window is None or slice_tokens != 1:
+        return None
+    with torch.no_grad(), torch.autocast(batch["actions"].device.type, enabled=False):
+        return window_before(batch["actions"], batch["feats"], batch["share"], batch, window[0])
 
 
 def at_steps(x: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
