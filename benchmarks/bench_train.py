@@ -44,7 +44,7 @@ from pmoss.contracts.snapshot import SLICE_FEATURES  # noqa: E402
 from pmoss.data.dataset import write_tokens  # noqa: E402
 from pmoss.data.tokens import META_NAMES, TOKENS_SCHEMA, compute_stats  # noqa: E402
 from pmoss.learn.algorithms import build_algorithm  # noqa: E402
-from pmoss.learn.learner import action_before, at_steps, at_window, batch_inputs, episode_steps, sample_steps, sample_window  # noqa: E402
+from pmoss.learn.learner import at_steps, at_window, batch_inputs, episode_steps, sample_steps, sample_window  # noqa: E402
 from pmoss.learn.train import (  # noqa: E402
     EpisodeArrays,
     StepBatchSampler,
@@ -86,7 +86,7 @@ def step_inputs(batch: dict, cfg: TrainConfig) -> tuple[torch.Tensor | None, tup
     with cfg.context, of one window per episode."""
     window = sample_window(batch, cfg.context)
     steps = sample_steps(batch, cfg.loss_steps, window[1] if window else None)
-    inputs = (*batch_inputs(batch, steps, window), action_before(cfg.model.get("slice_tokens", 3), batch, window))
+    inputs = batch_inputs(batch, steps, window, before=True)
     return steps, inputs, at_window(batch["rtg"], window), at_steps(batch["actions"], episode_steps(steps, window))
 
 

@@ -206,16 +206,18 @@ def at_slices(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 def teacher_forced(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor],
-                   steps: torch.Tensor | None = None, window: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+                   steps: torch.Tensor | None = None, window: tuple[torch.Tensor, int] | None = None,
+                   before: bool = False) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """Model inputs of whole episodes whose groups are known (training): groups [B, N], feats
     [B, N, F], share [B, N] -> (summary [B, N, S], the chosen group's features [B, N, D], every
     group's features at `steps` [B, K] (default: every step) [B, K, G, D]). window (start [B], C):
     the inputs of C slices from start of each episode only ([B, C, ...]; steps count from start),
-    with the state and positions of the whole episode."""
-    workers, prev, summary, chosen, share = _path(groups, feats, share, m) if window is None else _window_path(groups, feats, share, m, *window)
-    if steps is None:
-        return summary, chosen, groups_at(workers, prev, share, m)
-    return summary, chosen, groups_at(at_slices(workers, steps), at_slices(prev, steps), at_slices(share, steps), m)
+    with the state and positions of the whole episode. before: also the features of the group that
+    took the slice before each window, [B, D] (zeros where a window starts its episode; None without
+    a window): a one-token-a-slice model reads it in the window's first token."""
+    workers, prev, summary, chosen, share, first = _path(groups, feats, share, m) if window is None else _window_path(groups, feats, share, m, *window)
+    every = groups_at(workers, prev, share, m) if steps is None else groups_at(at_slices(workers, steps), at_slices(prev, steps), at_slices(share, steps), m)
+    return (summary, chosen, every, first) if before else (summary, chosen, every)
 
 
 def _path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -226,7 +228,7 @@ def _path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dic
     t = torch.arange(N, device=groups.device).expand(B, N)
     summary = summary_at(workers, share, t, N, m)
     chosen = groups_at(workers, prev, share, m, groups[..., None])[:, :, 0]
-    return workers, prev, summary, chosen, share
+    return workers, prev, summary, chosen, share, None
 
 
 def _window_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor], start: torch.Tensor,
@@ -237,31 +239,20 @@ def _window_path(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor,
     B, N = groups.shape
     values = step_values(feats, share, N, m)  # [B, N, 2+F]
     rows = member_rows(groups, m, values.dtype)  # [B, N, W]
-    before = (torch.arange(N, device=groups.device)[None, :] < start[:, None]).to(values.dtype)  # [B, N]
-    base = torch.bmm((rows * before[..., None]).transpose(1, 2), values)  # [B, W, 2+F] placed before the window
+    earlier = (torch.arange(N, device=groups.device)[None, :] < start[:, None]).to(values.dtype)  # [B, N]
+    base = torch.bmm((rows * earlier[..., None]).transpose(1, 2), values)  # [B, W, 2+F] placed before the window
     idx = window_slices((start, context))  # [B, C]
     g, v, r, sh = (at_slices(x, idx) for x in (groups, values, rows, share))
     workers = base[:, None] + exclusive_cumsum(r[..., None] * v[:, :, None, :])  # [B, C, W, 2+F] before each step
     prev = at_slices(torch.cat([groups.new_full((B, 1), -1), groups[:, :-1]], 1), idx)
     summary = summary_at(workers, sh, idx, N, m)
     chosen = groups_at(workers, prev, sh, m, g[..., None])[:, :, 0]
-    return workers, prev, summary, chosen, sh
-
-
-def window_before(groups: torch.Tensor, feats: torch.Tensor, share: torch.Tensor, m: dict[str, torch.Tensor], start: torch.Tensor) -> torch.Tensor:
-    """The features of the group that took the slice before each window (start [B]), as `_path`
-    gives them at that slice: [B, D], zeros where a window starts its episode (a one-token-a-slice
-    model reads the previous slice's action in each slice's token, the window's first included)."""
-    B, N = groups.shape
-    s = (start - 1).clamp(min=0)  # the slice before the window
-    values = step_values(feats, share, N, m)  # [B, N, 2+F]
-    rows = member_rows(groups, m, values.dtype)  # [B, N, W]
-    earlier = (torch.arange(N, device=groups.device)[None, :] < s[:, None]).to(values.dtype)  # [B, N] slices before s
-    workers = torch.bmm((rows * earlier[..., None]).transpose(1, 2), values)  # [B, W, 2+F] before slice s
-    prev = torch.where(s > 0, groups.gather(1, (s - 1).clamp(min=0)[:, None])[:, 0], -1)
-    g, sh = groups.gather(1, s[:, None]), share.gather(1, s[:, None])  # [B, 1]
-    row = groups_at(workers[:, None], prev[:, None], sh, m, g[..., None])[:, 0, 0]  # [B, D]
-    return row * (start > 0).to(row.dtype)[:, None]
+    # the slice before the window, s: the state before it is the window's less s's own share
+    s, b = (start - 1).clamp(min=0), torch.arange(B, device=groups.device)
+    before_s = (base - rows[b, s][..., None] * values[b, s][:, None, :])[:, None]  # [B, 1, W, 2+F]
+    prev_s = torch.where(s > 0, groups[b, (s - 1).clamp(min=0)], -1)[:, None]
+    first = groups_at(before_s, prev_s, share[b, s][:, None], m, groups[b, s][:, None, None])[:, 0, 0]  # [B, D]
+    return workers, prev, summary, chosen, sh, first * (start > 0).to(first.dtype)[:, None]
 
 
 def chosen_means(groups: torch.Tensor, values: torch.Tensor, sparse: SparseGroups) -> torch.Tensor:

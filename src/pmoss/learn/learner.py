@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.nn as nn
 
-from pmoss.data.state import at_slices, teacher_forced, window_before, window_slices
+from pmoss.data.state import at_slices, teacher_forced, window_slices
 from pmoss.learn.model import DecisionTransformer, cosine_lr
 
 if TYPE_CHECKING:
@@ -75,32 +75,23 @@ def episode_steps(steps: torch.Tensor | None, window: Window | None) -> torch.Te
     return window_slices(window) if steps is None else window[0][:, None] + steps
 
 
-def batch_inputs(batch: Batch, steps: torch.Tensor | None = None, window: Window | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch_inputs(batch: Batch, steps: torch.Tensor | None = None, window: Window | None = None, before: bool = False) -> tuple[torch.Tensor, ...]:
     """(state summaries [B, N, S], the data's groups' features [B, N, D], every group's features at
     `steps` [B, K, G, D]), teacher forced (slice t's own counters excluded); with a `window`, of its
-    C slices only ([B, C, ...], steps counted from its first slice)."""
+    C slices only ([B, C, ...], steps counted from its first slice); before: and the action before
+    the window (`teacher_forced`)."""
     # inputs, not parameters: no graph needed; and exact fp32 under bf16 autocast (masked max/min
     # use fp32's largest value, which bf16 cannot hold)
     with torch.no_grad(), torch.autocast(batch["actions"].device.type, enabled=False):
-        return teacher_forced(batch["actions"], batch["feats"], batch["share"], batch, steps, window)
+        return teacher_forced(batch["actions"], batch["feats"], batch["share"], batch, steps, window, before)
 
 
 def policy_scores(model: DecisionTransformer, batch: Batch, steps: torch.Tensor | None = None, window: Window | None = None) -> torch.Tensor:
     """Teacher-forced scores [B, K, G] of the batch's policy network (logits or Q-values) at `steps`;
     with a `window` (`sample_window`), the model reads the meta token and the window's slices, and
     steps count from its first slice."""
-    summary, chosen, groups = batch_inputs(batch, steps, window)
-    before = action_before(model.cfg.slice_tokens, batch, window)
+    summary, chosen, groups, before = batch_inputs(batch, steps, window, before=True)
     return model(batch["meta"], at_window(batch["rtg"], window), summary, chosen, groups, batch["m_group_valid"], steps, before)
-
-
-def action_before(slice_tokens: int, batch: Batch, window: Window | None) -> torch.Tensor | None:
-    """The features of the action before each window [B, D] where a model of one token a slice reads
-    it (the window's first token holds it); None otherwise (whole episodes start with no action)."""
-    if window is None or slice_tokens != 1:
-        return None
-    with torch.no_grad(), torch.autocast(batch["actions"].device.type, enabled=False):
-        return window_before(batch["actions"], batch["feats"], batch["share"], batch, window[0])
 
 
 def at_steps(x: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
