@@ -15,7 +15,7 @@ import pytest
 from pmoss import doctor
 from pmoss.collect import collector
 
-CHECKS = ["numa", "perf_event_paranoid", "core_pmu", "uncore_pmu", "move_pages", "huge_pages", "numpy_kernels", "ray_node", "tracking"]
+CHECKS = ["numa", "perf_event_paranoid", "core_pmu", "uncore_pmu", "move_pages", "huge_pages", "numpy_kernels", "torch_kernels", "ray_node", "tracking"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -111,3 +111,17 @@ def test_numpy_kernels_warn_on_avx512_and_name_the_fix(monkeypatch):
     assert wide.status == "warn" and "X86_V4, AVX512_ICL" in wide.detail and "import pmoss before numpy" in wide.fix
     monkeypatch.setenv("PMOSS_NATIVE_SIMD", "1")
     assert "PMOSS_NATIVE_SIMD=1" in doctor.check_numpy_kernels(["X86_V4"]).detail
+
+
+def test_torch_kernels_warn_on_avx512_or_a_missing_pin_and_name_the_fix(monkeypatch):
+    monkeypatch.delenv("PMOSS_NATIVE_SIMD", raising=False)
+    for name, value in (("ATEN_CPU_CAPABILITY", "avx2"), ("ONEDNN_MAX_CPU_ISA", "AVX2"), ("MKL_CBWR", "AVX2")):
+        monkeypatch.setenv(name, value)
+    ok = doctor.check_torch_kernels("AVX2")
+    assert ok.status == "ok" and "AVX2" in ok.detail
+    wide = doctor.check_torch_kernels("AVX512")
+    assert wide.status == "warn" and "AVX512 kernels" in wide.detail and "import pmoss first" in wide.fix
+    monkeypatch.delenv("MKL_CBWR")
+    assert doctor.check_torch_kernels("AVX2").status == "warn" and "MKL_CBWR not set" in doctor.check_torch_kernels("AVX2").detail
+    monkeypatch.setenv("PMOSS_NATIVE_SIMD", "1")
+    assert "PMOSS_NATIVE_SIMD=1" in doctor.check_torch_kernels("AVX512").detail

@@ -320,6 +320,26 @@ def check_numpy_kernels(active: list[str] | None = None) -> Check:
     return Check("numpy_kernels", "ok", f"NumPy on its {active[-1] if active else 'baseline'} kernels: simulated data is the same bytes on any x86-64 host", "", data)
 
 
+def check_torch_kernels(capability: str | None = None) -> Check:
+    """torch's CPU kernels in this process: a model trained here is the same bytes as on another
+    x86-64 host only on their AVX2 code (`import pmoss` pins ATen, oneDNN and MKL; docs/contracts.md)."""
+    from pmoss import SIMD_PIN
+
+    if capability is None:
+        import torch
+
+        capability = torch.backends.cpu.get_cpu_capability()
+    pins = {k: os.environ.get(k) for k in SIMD_PIN if k != "NPY_DISABLE_CPU_FEATURES"}
+    data = {"capability": capability, **pins}
+    unpinned = [k for k, v in pins.items() if v is None]
+    if capability.startswith("AVX512") or unpinned:
+        why = "PMOSS_NATIVE_SIMD=1" if os.environ.get("PMOSS_NATIVE_SIMD") == "1" else "torch ran a kernel before pmoss was imported"
+        what = f"torch runs its {capability} kernels" if capability.startswith("AVX512") else f"{', '.join(unpinned)} not set"
+        return Check("torch_kernels", "warn", f"{what} ({why}): a model trained by this process can differ in its last bits from "
+                     "another host's, and from dvc.lock's", "unset PMOSS_NATIVE_SIMD and import pmoss first (the pmoss CLI does)", data)  # fmt: skip
+    return Check("torch_kernels", "ok", f"torch on its {capability} kernels, oneDNN and MKL on AVX2: a model trained here is the same bytes on any x86-64 host with as many threads", "", data)
+
+
 # ---- all ------------------------------------------------------------------------------------------------
 def run_checks(ray_address: str | None = None) -> list[Check]:
     from pmoss.collect.collector import load_library
@@ -333,7 +353,7 @@ def run_checks(ray_address: str | None = None) -> list[Check]:
         checks += [Check(n, "fail", f"{missing} ({e})", "make native (or set PMOSS_LIB)", {}) for n in ("core_pmu", "uncore_pmu")]
     else:
         checks += [check_core_pmu(lib), check_uncore_pmu(lib)]
-    return checks + [check_move_pages(), check_huge_pages(), check_numpy_kernels(), check_ray(ray_address), check_tracking()]
+    return checks + [check_move_pages(), check_huge_pages(), check_numpy_kernels(), check_torch_kernels(), check_ray(ray_address), check_tracking()]
 
 
 def report(checks: list[Check]) -> dict[str, Any]:
