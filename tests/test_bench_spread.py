@@ -65,3 +65,15 @@ def test_interleaved_rotates_the_order() -> None:
     assert [n for n, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     with pytest.raises(ValueError, match="repeats"):
         interleaved({"a": run("a")}, repeats=0)
+
+
+def test_a_record_says_which_simd_code_it_was_measured_with(tmp_path, monkeypatch):
+    import json
+
+    from pmoss.bench import write_record
+
+    monkeypatch.delenv("PMOSS_NATIVE_SIMD", raising=False)
+    pinned = json.loads(write_record("x", "m", 1.0, "s", "b", 2.0, out=tmp_path / "a.json").read_text())
+    monkeypatch.setenv("PMOSS_NATIVE_SIMD", "1")
+    native = json.loads(write_record("x", "m", 1.0, "s", "b", 2.0, out=tmp_path / "b.json").read_text())
+    assert pinned["simd"] == "avx2 (pmoss pin)" and native["simd"] == "native" and pinned["ratio"] == 0.5

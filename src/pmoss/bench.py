@@ -31,6 +31,14 @@ def machine_summary() -> str:
     return f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}"
 
 
+def simd_code() -> str:
+    """Which SIMD code NumPy and torch run in this process: pmoss's AVX2 pin (docs/contracts.md) or the
+    CPU's own (PMOSS_NATIVE_SIMD=1); a speed measured under one is not the other's."""
+    import os
+
+    return "native" if os.environ.get("PMOSS_NATIVE_SIMD") == "1" else "avx2 (pmoss pin)"
+
+
 def write_record(name: str, metric: str, value: float, unit: str, baseline: str, baseline_value: float, *, out: Path | None = None,
                  **extra: object) -> Path:  # fmt: skip
     """Write benchmarks/results/NAME.json (or `out`, a trial run that leaves the records alone); ratio = value / baseline_value."""
@@ -38,7 +46,7 @@ def write_record(name: str, metric: str, value: float, unit: str, baseline: str,
         "name": name, "metric": metric, "value": value, "unit": unit,
         "baseline": baseline, "baseline_value": baseline_value,
         "ratio": value / baseline_value if baseline_value else None,
-        "machine": machine_summary(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine_summary(), "simd": simd_code(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]), **extra,
     }  # fmt: skip
     path = out or RESULTS / f"{name}.json"
