@@ -119,6 +119,7 @@ def test_torch_kernels_warn_on_avx512_or_a_missing_pin_and_name_the_fix(monkeypa
         monkeypatch.setenv(name, value)
     ok = doctor.check_torch_kernels("AVX2")
     assert ok.status == "ok" and "AVX2" in ok.detail
+    assert doctor.check_torch_kernels("DEFAULT").status == "warn"  # no AVX2 code here: nothing to pin to
     wide = doctor.check_torch_kernels("AVX512")
     assert wide.status == "warn" and "AVX512 kernels" in wide.detail and "import pmoss first" in wide.fix
     monkeypatch.delenv("MKL_CBWR")

@@ -337,7 +337,10 @@ def check_torch_kernels(capability: str | None = None) -> Check:
         what = f"torch runs its {capability} kernels" if capability.startswith("AVX512") else f"{', '.join(unpinned)} not set"
         return Check("torch_kernels", "warn", f"{what} ({why}): a model trained by this process can differ in its last bits from "
                      "another host's, and from dvc.lock's", "unset PMOSS_NATIVE_SIMD and import pmoss first (the pmoss CLI does)", data)  # fmt: skip
-    return Check("torch_kernels", "ok", f"torch on its {capability} kernels, oneDNN and MKL on AVX2: a model trained here is the same bytes on any x86-64 host with as many threads", "", data)
+    if capability != "AVX2":  # a CPU without AVX2, or not x86-64: the pin cannot make it compute as the others do
+        return Check("torch_kernels", "warn", f"torch runs its {capability} kernels (this CPU has no AVX2 code to pin): a model trained here "
+                     "can differ in its last bits from an x86-64 AVX2 host's, and from dvc.lock's", "train on an x86-64 host with AVX2", data)  # fmt: skip
+    return Check("torch_kernels", "ok", "torch on its AVX2 kernels, oneDNN and MKL on AVX2: a model trained here is the same bytes on any x86-64 host with as many threads", "", data)
 
 
 # ---- all ------------------------------------------------------------------------------------------------
