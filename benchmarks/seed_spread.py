@@ -9,7 +9,9 @@ tokenised dataset (`pmoss train ... --seed s`, the CLI a user runs; MLflow runs 
 untrained, initialised with seed s, under the same masks), measures every one greedily in every
 cell of each --val set (`evaluate.evaluate_cells`, the evaluation's harness; no oracle) and reports,
 per set, each policy's geo-mean over the cell's best baseline, the medians and ranges over seeds,
-and in how many of the seed x initialisation pairs the trained policy is above mask-only.
+in how many of the seed x initialisation pairs the trained policy is above mask-only, how far a cell
+moves from seed to seed, and whether a seed that is better on half of the set's machines is better
+on the other half (if not, choosing a seed on validation cannot make the served policy better).
 
 The sets must be validation sets (datasets/pools/val-*.yaml): their seeds are not the evaluation's,
 so nothing here reads an evaluation seed.
@@ -21,12 +23,15 @@ so nothing here reads an evaluation seed.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 
 from pmoss.bench import write_record
@@ -48,6 +53,25 @@ def train(data: Path, out: Path, config: Path, steps: int, seed: int, work: Path
     subprocess.run([str(pmoss), "train", str(data), "--output", str(out), "--config", str(config), "--max-steps", str(steps),
                     "--seed", str(seed), "--quiet"], check=True, env=env)  # fmt: skip
     return time.perf_counter() - t0
+
+
+def seed_transfer(cells: list[str], ratios: dict[str, list[float]], names: list[str], halvings: int = 1000) -> dict:
+    """Is a seed's lead real? Split the set's machines in two at random (`halvings` times, seeded):
+    the correlation of the seeds' geo-means on one half with those on the other, and what picking
+    the best seed on one half gains on the other over the seeds' mean there (log ratio). Also how
+    far one cell moves between seeds: the standard deviation of its log ratio, averaged over cells."""
+    logs = np.log(np.array([ratios[n] for n in names]))  # seeds x cells
+    machines = np.array([c.split("|")[0] for c in cells])
+    kinds = sorted(set(machines))
+    rng = np.random.default_rng(0)
+    corr, gain = [], []
+    for _ in range(halvings):
+        a = np.isin(machines, rng.permutation(kinds)[: len(kinds) // 2])
+        ga, gb = logs[:, a].mean(1), logs[:, ~a].mean(1)
+        corr.append(float(np.corrcoef(ga, gb)[0, 1]) if ga.std() > 0 and gb.std() > 0 else 0.0)
+        gain.append(float(gb[ga.argmax()] - gb.mean()))
+    return {"cell_sd_log": float(logs.std(0, ddof=1).mean()) if len(names) > 1 else 0.0, "split_half_corr": float(np.mean(corr)),
+            "pick_on_half_gain": math.expm1(float(np.mean(gain))), "machines": len(kinds), "halvings": halvings}  # fmt: skip
 
 
 def main() -> None:
@@ -90,11 +114,15 @@ def main() -> None:
             "mask_only_median": statistics.median(msk), "mask_only_range": [min(msk), max(msk)],
             "policy_above_mask_pairs": sum(p > m for p in pol for m in msk), "pairs": len(pol) * len(msk),
             "policy_min_cell": {b: min(ratios[b]) for b in policies},
+            "policy_seeds": seed_transfer(list(cells), ratios, list(policies)),
         }  # fmt: skip
         r = report[name]
         print(f"{name}: policy median {r['policy_median']:.3f} ({r['policy_range'][0]:.3f}-{r['policy_range'][1]:.3f}), "
               f"mask-only median {r['mask_only_median']:.3f} ({r['mask_only_range'][0]:.3f}-{r['mask_only_range'][1]:.3f}), "
               f"policy above mask-only in {r['policy_above_mask_pairs']} of {r['pairs']} pairs", flush=True)  # fmt: skip
+        t = r["policy_seeds"]
+        print(f"{name}: a cell moves {t['cell_sd_log']:.3f} (sd of log) between seeds; a seed's geo-mean on half the machines vs the "
+              f"other half: correlation {t['split_half_corr']:.2f}, picking on one half gains {t['pick_on_half_gain']:+.4f} on the other", flush=True)  # fmt: skip
 
     pol_all = [geo([report[n]["geo_mean"][f"policy-s{s}"] for n in sets]) for s in seeds]
     msk_all = [geo([report[n]["geo_mean"][f"mask-only-s{s}"] for n in sets]) for s in seeds]

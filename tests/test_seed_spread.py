@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import sim_dataset
 
@@ -37,6 +38,7 @@ def test_seeds_and_inits_measured_on_a_validation_set(dataset, tmp_path):
     assert set(res["geo_mean"]) == {"policy-s0", "policy-s1", "mask-only-s0", "mask-only-s1"}
     assert res["pairs"] == 4 and 0 <= res["policy_above_mask_pairs"] <= 4
     assert all(v > 0 for v in res["geo_mean"].values())
+    assert res["policy_seeds"]["machines"] == 1 and res["policy_seeds"]["cell_sd_log"] >= 0
     assert rec["value"] == pytest.approx(sorted(rec["policy_per_seed"])[0] / 2 + sorted(rec["policy_per_seed"])[1] / 2)
     # two seeds are two trainings, not one model under two names
     import torch
@@ -45,6 +47,24 @@ def test_seeds_and_inits_measured_on_a_validation_set(dataset, tmp_path):
 
     w = [load_bundle(tmp_path / "work" / f"policy-s{s}").state_dict for s in (0, 1)]
     assert any(not torch.equal(w[0][k], w[1][k]) for k in w[0])
+
+
+def test_seed_transfer_tells_a_real_lead_from_luck():
+    """A seed better on every machine is found on either half of them; seeds whose lead flips from
+    machine to machine are not, and picking one on half the machines gains nothing on the rest."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from seed_spread import seed_transfer
+
+    rng = np.random.default_rng(1)
+    cells = [f"m{i}|{w}" for i in range(12) for w in ("ycsb-c", "scan")]
+    names = [f"policy-s{s}" for s in range(6)]
+    noise = rng.normal(0, 0.03, (6, len(cells)))
+    real = {n: np.exp(0.02 * k + noise[k]).tolist() for k, n in enumerate(names)}  # seed k is k x 2 % better everywhere
+    luck = {n: np.exp(noise[k]).tolist() for k, n in enumerate(names)}
+    t_real, t_luck = seed_transfer(cells, real, names, 200), seed_transfer(cells, luck, names, 200)
+    assert t_real["split_half_corr"] > 0.8 and t_real["pick_on_half_gain"] > 0.03
+    assert abs(t_luck["split_half_corr"]) < 0.3 and abs(t_luck["pick_on_half_gain"]) < 0.01
+    assert t_luck["cell_sd_log"] == pytest.approx(0.03, rel=0.2) and t_real["machines"] == 12
 
 
 def test_an_evaluation_set_is_refused(dataset, tmp_path):
