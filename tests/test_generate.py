@@ -106,6 +106,15 @@ def test_a_descriptor_file_cannot_take_a_generated_name(tmp_path):
         load_sim_machine(str(tmp_path / "fake.yaml"))
 
 
+def test_single_node_validation_set_is_every_single_node_validation_machine():
+    """val-single-node.yaml (docs/model.md, "Single-node machines") holds what its comment says."""
+    from pmoss.sim import load_sim_machine
+
+    lo, hi = GENERATED_SPLITS["validation"]
+    single = [f"gen-{s}" for s in range(lo, hi + 1) if load_sim_machine(f"gen-{s}").numa_nodes == 1]
+    assert sorted(load_model(EvalConfig, POOLS / "val-single-node.yaml").machines) == sorted(single)
+
+
 def test_splits_keep_validation_and_unseen_out_of_every_training_pool():
     ranges = sorted(GENERATED_SPLITS.values())
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # disjoint
@@ -114,7 +123,7 @@ def test_splits_keep_validation_and_unseen_out_of_every_training_pool():
     for p in training:
         check_training_machines(load_pool(p).machines, str(p))
     assert any(m.startswith("gen-") for m in load_pool(POOLS / "tiny-generated.yaml").machines)
-    for name in ("val-generated.yaml", "val-generated-2.yaml", "val-demo.yaml", "val-grid.yaml"):  # what chooses the served policy
+    for name in ("val-generated.yaml", "val-generated-2.yaml", "val-demo.yaml", "val-grid.yaml", "val-single-node.yaml"):  # validation seeds only
         val = [m for m in load_model(EvalConfig, POOLS / name).machines if m.startswith("gen-")]
         assert val and all(split_of(int(m.removeprefix("gen-"))) == "validation" for m in val), name
     unseen = load_model(EvalConfig, POOLS / "eval-unseen-full.yaml").machines
