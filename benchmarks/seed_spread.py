@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from pmoss.bench import write_record
 from pmoss.contracts.errors import ContractError
 from pmoss.evaluate import evaluate_cells, mask_inits_of
@@ -58,11 +57,16 @@ def train(data: Path, out: Path, config: Path, steps: int, seed: int, work: Path
 def seed_transfer(cells: list[str], ratios: dict[str, list[float]], names: list[str], halvings: int = 1000) -> dict:
     """Is a seed's lead real? Split the set's machines in two at random (`halvings` times, seeded):
     the correlation of the seeds' geo-means on one half with those on the other, and what picking
-    the best seed on one half gains on the other over the seeds' mean there (log ratio). Also how
-    far one cell moves between seeds: the standard deviation of its log ratio, averaged over cells."""
+    the best seed on one half gains on the other over the seeds' mean there (log ratio); None for
+    both on a set of one machine. Also how far one cell moves between seeds: the standard deviation
+    of its log ratio, averaged over cells."""
     logs = np.log(np.array([ratios[n] for n in names]))  # seeds x cells
     machines = np.array([c.split("|")[0] for c in cells])
     kinds = sorted(set(machines))
+    out = {"cell_sd_log": float(logs.std(0, ddof=1).mean()) if len(names) > 1 else 0.0, "split_half_corr": None, "pick_on_half_gain": None,
+           "machines": len(kinds), "halvings": halvings}  # fmt: skip
+    if len(kinds) < 2:
+        return out
     rng = np.random.default_rng(0)
     corr, gain = [], []
     for _ in range(halvings):
@@ -70,8 +74,7 @@ def seed_transfer(cells: list[str], ratios: dict[str, list[float]], names: list[
         ga, gb = logs[:, a].mean(1), logs[:, ~a].mean(1)
         corr.append(float(np.corrcoef(ga, gb)[0, 1]) if ga.std() > 0 and gb.std() > 0 else 0.0)
         gain.append(float(gb[ga.argmax()] - gb.mean()))
-    return {"cell_sd_log": float(logs.std(0, ddof=1).mean()) if len(names) > 1 else 0.0, "split_half_corr": float(np.mean(corr)),
-            "pick_on_half_gain": math.expm1(float(np.mean(gain))), "machines": len(kinds), "halvings": halvings}  # fmt: skip
+    return out | {"split_half_corr": float(np.mean(corr)), "pick_on_half_gain": math.expm1(float(np.mean(gain)))}
 
 
 def main() -> None:
@@ -121,8 +124,9 @@ def main() -> None:
               f"mask-only median {r['mask_only_median']:.3f} ({r['mask_only_range'][0]:.3f}-{r['mask_only_range'][1]:.3f}), "
               f"policy above mask-only in {r['policy_above_mask_pairs']} of {r['pairs']} pairs", flush=True)  # fmt: skip
         t = r["policy_seeds"]
-        print(f"{name}: a cell moves {t['cell_sd_log']:.3f} (sd of log) between seeds; a seed's geo-mean on half the machines vs the "
-              f"other half: correlation {t['split_half_corr']:.2f}, picking on one half gains {t['pick_on_half_gain']:+.4f} on the other", flush=True)  # fmt: skip
+        halves = (f"; a seed's geo-mean on half the machines vs the other half: correlation {t['split_half_corr']:.2f}, picking on one half "
+                  f"gains {t['pick_on_half_gain']:+.4f} on the other") if t["split_half_corr"] is not None else " (one machine: no halves)"
+        print(f"{name}: a cell moves {t['cell_sd_log']:.3f} (sd of log) between seeds{halves}", flush=True)
 
     pol_all = [geo([report[n]["geo_mean"][f"policy-s{s}"] for n in sets]) for s in seeds]
     msk_all = [geo([report[n]["geo_mean"][f"mask-only-s{s}"] for n in sets]) for s in seeds]
