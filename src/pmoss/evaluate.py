@@ -210,7 +210,7 @@ def sample_cells(cfg: EvalConfig, bundles: dict[str, Any], k: int = 16, temperat
             for name, bundle in bundles.items():
                 settings = {"target_factor": cfg.target_factor, **bundle.info.get("inference", {})}
                 groups, _ = rollout(bundle, machine, snapshot, target_factor=settings["target_factor"], batch=k, temperature=temperature,
-                                    cap=cap or settings.get("cap"), load_cap=load_cap, seed=seed)  # fmt: skip
+                                    cap=cap or settings.get("cap"), load_cap=load_cap, seed=seed, machine_wide=settings.get("machine_wide", False))  # fmt: skip
                 for i, g in enumerate(groups):
                     schedules[f"{name}#{i}"] = Schedule.from_groups(machine, g, model=name, mode="sample", seed=seed).validate_for(machine)
             tp = measure(machine, w, schedules, cfg)

@@ -61,7 +61,7 @@ def untrained_like(bundle: Bundle, seed: int = 0) -> Bundle:
     from pmoss.learn.model import DecisionTransformer
 
     torch.manual_seed(seed)
-    masks = {k: v for k, v in bundle.info.get("inference", {}).items() if k in ("target_factor", "cap", "load_cap")}  # greedy, no critic
+    masks = {k: v for k, v in bundle.info.get("inference", {}).items() if k in ("target_factor", "cap", "load_cap", "machine_wide")}  # greedy, no critic
     info = {**bundle.info, "inference": masks, "control": "untrained (mask-only)"}
     return Bundle(bundle.config, bundle.stats, DecisionTransformer(bundle.config).state_dict(), info)
 

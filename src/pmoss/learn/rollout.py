@@ -188,13 +188,16 @@ def rollout(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, target_factor: float = 2.0, batch: int = 1,
     temperature: float = 0.0, cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0,
     model: torch.nn.Module | None = None, greedy_first: bool = False, blocked_out: list[torch.Tensor] | None = None,
-    context: int | None = None,
+    context: int | None = None, machine_wide: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`batch` rollouts in parallel; returns (candidate-group indices [B, N], log-likelihoods [B]).
     temperature 0 = greedy; greedy_first: row 0 is the greedy rollout and the others sample (one
     batched pass instead of two). Any machine and any slice count: nothing in the model has their size.
     cap: slices per worker; load_cap: load per worker in fair shares of the snapshot's queries
     (None: no load cap). Both are inference-only masks, like the paper's k-per-core cap.
+    machine_wide: let a slice go to a group that spans every worker (on a one-node machine its node's
+    group, or an L3 that spans the chip); off by default, a third inference-only mask (docs/model.md,
+    "Single-node machines").
     blocked_out: a list that receives each step's masked groups [B, G] (learn/improve.py scores the
     same masked distribution with gradients).
     context: the slices a step attends to (its own and the ones before it, besides the meta token);
@@ -222,6 +225,12 @@ def rollout(
     reads = (LeanReads if model.cfg.slice_tokens == 1 else PaperReads)(model, state, return_to_go(share, target_factor))
     busy = Busiest(sparse, batch, machine.n_workers)
     lcap = float("inf") if load_cap is None else load_cap
+    # A group of every worker is the shared placement os-default already is; no multi-node machine has
+    # one, and on a one-node machine a greedy chain that takes it never leaves it: each slice there
+    # raises every worker's load alike, so no cap ever turns the next slice away.
+    wide = torch.as_tensor(arrays.group_size >= machine.n_workers)
+    if machine_wide or bool(wide.all()):
+        wide = torch.zeros_like(wide)
     chosen, loglik = [], torch.zeros(batch)  # each step's groups [B]; the running total of their log-probabilities
     meta_token = model.embed_meta(meta).expand(batch, 1, -1)  # [B, 1, E]
     for t in range(N):
@@ -229,11 +238,11 @@ def rollout(
         h = decode(torch.cat([meta_token, x], 1) if t == 0 else x, caches)[:, -1]  # [B, E] at the token slice t's action is predicted from
         added = sparse.inv_size * float(share[t] * machine.n_workers)  # [G] slice t's load on each member of each group
         after, after_load = busy.after(added)  # [B, G] busiest member's slices and load with slice t added
-        blocked = (after > cap + 1e-6) | (after_load > lcap + 1e-6)
+        blocked = (after > cap + 1e-6) | (after_load > lcap + 1e-6) | wide
         full = blocked.all(-1)
         if bool(full.any()):  # a slice that fits under no cap goes to the groups whose busiest member ends least loaded
-            least = after_load.amin(-1, keepdim=True)
-            blocked = torch.where(full[:, None], after_load > least * (1 + 1e-6), blocked)
+            least = after_load.masked_fill(wide, float("inf")).amin(-1, keepdim=True)
+            blocked = torch.where(full[:, None], (after_load > least * (1 + 1e-6)) | wide, blocked)
         if blocked_out is not None:
             blocked_out.append(blocked)
         logp = torch.log_softmax(reads.scores(h).masked_fill_(blocked, float("-inf")), -1)  # [B, G]
@@ -261,7 +270,7 @@ def candidate_kind(name: str) -> str:
 
 def candidate_pool(bundle: Bundle, machine: Machine, row: dict[str, Any], *, k: int, temperature: float = 1.0, target_factor: float = 2.0,
                    cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0, candidates: str = "samples",
-                   provenance: dict[str, Any] | None = None, context: int | None = None) -> dict[str, Schedule]:  # fmt: skip
+                   provenance: dict[str, Any] | None = None, context: int | None = None, machine_wide: bool = False) -> dict[str, Schedule]:  # fmt: skip
     """What a scorer ranks, as `learned` schedules by name: the greedy rollout ("greedy"), k samples
     ("sample<i>") and, with `candidates="samples+heuristics"`, the group heuristics generated from the
     snapshot (by kind). `pmoss propose` measures the same pool on the testbed for the critic's data."""
@@ -270,7 +279,7 @@ def candidate_pool(bundle: Bundle, machine: Machine, row: dict[str, Any], *, k: 
     if candidates not in CANDIDATE_SETS:
         raise ValueError(f"candidates: '{candidates}' is not one of {', '.join(CANDIDATE_SETS)}")
     found, _ = rollout(bundle, machine, row, target_factor=target_factor, cap=cap, load_cap=load_cap, batch=k + 1, temperature=temperature,
-                       seed=seed, greedy_first=True, context=context)  # fmt: skip
+                       seed=seed, greedy_first=True, context=context, machine_wide=machine_wide)  # fmt: skip
     pool = {"greedy": found[0], **{f"sample{i}": a for i, a in enumerate(found[1:])}}
     if candidates == "samples+heuristics":
         load = np.asarray(row["queries"], dtype=float)
@@ -282,7 +291,7 @@ def propose(
     bundle: Bundle, machine: Machine, row: dict[str, Any], *, mode: Mode = "greedy", k: int = 8, temperature: float = 1.0,
     target_factor: float = 2.0, cap: float | None = None, load_cap: float | None = LOAD_CAP, seed: int = 0,
     score: Callable[[Schedule], float] | None = None, scorer: Scorer = "likelihood", candidates: str = "samples",
-    context: int | None = None,
+    context: int | None = None, machine_wide: bool = False,
 ) -> Schedule:
     """A validated `learned` schedule. best-of-k ranks the greedy schedule and k samples by `score`
     (e.g. a simulator, research only), by the attached critic (`scorer="critic"`, runs on a real host;
@@ -295,12 +304,12 @@ def propose(
         if bundle.critic is None:
             raise ValueError("scorer 'critic': this model bundle carries no critic (pmoss attach-critic)")
         pool = candidate_pool(bundle, machine, row, k=k, temperature=temperature, target_factor=target_factor, cap=cap, load_cap=load_cap,
-                              seed=seed, candidates=candidates, provenance=provenance, context=context)  # fmt: skip
+                              seed=seed, candidates=candidates, provenance=provenance, context=context, machine_wide=machine_wide)  # fmt: skip
         return _critic_pick(bundle, machine, row, pool, {**provenance, "scorer": "critic", "candidates": candidates})
     batch = k if mode == "best-of-k" else 1
     temp = 0.0 if mode == "greedy" else temperature
     actions, loglik = rollout(bundle, machine, row, target_factor=target_factor, batch=batch, temperature=temp, cap=cap, load_cap=load_cap, seed=seed,
-                              context=context)  # fmt: skip
+                              context=context, machine_wide=machine_wide)  # fmt: skip
     found = [Schedule.from_groups(machine, a, **provenance) for a in actions]
     if len(found) == 1:
         return found[0].validate_for(machine)

@@ -25,6 +25,7 @@ def schedule_command(
     cap: Annotated[Optional[int], typer.Option(help="At most this many slices per core (default: the fair share, ceil(slices / workers)).")] = None,
     load_cap: Annotated[Optional[float], typer.Option(help="No worker above this many times its fair share of the snapshot's queries (default: the bundle's, else LOAD_CAP, 1.0).")] = None,
     no_load_cap: Annotated[bool, typer.Option("--no-load-cap", help="Switch the load cap off: only the slice cap masks the policy.")] = False,
+    machine_wide: Annotated[bool, typer.Option("--machine-wide", help="Let a slice go to a group of every worker (a one-node machine's node group); masked by default.")] = False,
     context: Annotated[Optional[int], typer.Option(min=2, help="Slices a rollout step attends to (default: the model's training episode length; a longer rollout reads the last this many). The slice count or more: the whole episode.")] = None,
     score_sim: Annotated[bool, typer.Option(help="best-of-k: rank samples by simulated throughput (simulated machines only).")] = False,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the schedule JSON here (default: stdout).")] = None,
@@ -61,6 +62,8 @@ def schedule_command(
     settings = {**own, "target_factor": target_factor, "cap": cap} if mode is None else {"mode": mode, "k": k, "temperature": temperature, "target_factor": target_factor, "cap": cap}
     if no_load_cap or load_cap is not None:  # the masks are inference-only rules a user may change or switch off
         settings["load_cap"] = None if no_load_cap else load_cap
+    if machine_wide:
+        settings["machine_wide"] = True
     if context is not None:
         settings["context"] = context
     sched = propose(bundle, m, row, score=score, **settings)  # type: ignore[arg-type]

@@ -50,7 +50,7 @@ def proposal_chunks(bundle: Any, pool: Pool, snapshots: dict[tuple[str, str, str
     from pmoss.progress import Ticker, line_interval, show_bar
 
     settings = {"target_factor": 2.0, "temperature": 1.0, **{key: v for key, v in bundle.info.get("inference", {}).items()
-                                                             if key in ("target_factor", "temperature", "cap", "load_cap")}}  # fmt: skip
+                                                             if key in ("target_factor", "temperature", "cap", "load_cap", "machine_wide")}}  # fmt: skip
     machines = {m: load_backend_machine(pool.backend, m, "pool", pool.descriptors.get(m)) for m in pool.machines}
     finished, todo = done_ids(out), []
     with Ticker(f"propose {pool.name}: candidates", sum(map(len, snapshots.values())), "snapshot", line_interval(show_bar(progress))) as ticker:
