@@ -196,8 +196,8 @@ def rollout(
     cap: slices per worker; load_cap: load per worker in fair shares of the snapshot's queries
     (None: no load cap). Both are inference-only masks, like the paper's k-per-core cap.
     machine_wide: let a slice go to a group that spans every worker (on a one-node machine its node's
-    group, or an L3 that spans the chip); off by default, a third inference-only mask (docs/model.md,
-    "Single-node machines").
+    group, or an L3 that spans the chip) while a narrower one fits under the caps; off by default, a
+    third inference-only mask (docs/model.md, "Single-node machines").
     blocked_out: a list that receives each step's masked groups [B, G] (learn/improve.py scores the
     same masked distribution with gradients).
     context: the slices a step attends to (its own and the ones before it, besides the meta token);
@@ -227,7 +227,8 @@ def rollout(
     lcap = float("inf") if load_cap is None else load_cap
     # A group of every worker is the shared placement os-default already is; no multi-node machine has
     # one, and on a one-node machine a greedy chain that takes it never leaves it: each slice there
-    # raises every worker's load alike, so no cap ever turns the next slice away.
+    # raises every worker's load alike, so no cap ever turns the next slice away. A slice that fits
+    # under no cap may still take it (below).
     wide = torch.as_tensor(arrays.group_size >= machine.n_workers)
     if machine_wide or bool(wide.all()):
         wide = torch.zeros_like(wide)
@@ -241,8 +242,8 @@ def rollout(
         blocked = (after > cap + 1e-6) | (after_load > lcap + 1e-6) | wide
         full = blocked.all(-1)
         if bool(full.any()):  # a slice that fits under no cap goes to the groups whose busiest member ends least loaded
-            least = after_load.masked_fill(wide, float("inf")).amin(-1, keepdim=True)
-            blocked = torch.where(full[:, None], (after_load > least * (1 + 1e-6)) | wide, blocked)
+            least = after_load.amin(-1, keepdim=True)  # a group of every worker among them: what a slice too hot for any narrower group needs
+            blocked = torch.where(full[:, None], after_load > least * (1 + 1e-6), blocked)
         if blocked_out is not None:
             blocked_out.append(blocked)
         logp = torch.log_softmax(reads.scores(h).masked_fill_(blocked, float("-inf")), -1)  # [B, G]
