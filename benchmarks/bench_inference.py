@@ -3,7 +3,7 @@ and 2,048 slices on a 16-node x 64-worker one (the largest machine a model must 
 retraining; issue #39 target <= 1 s), and dt-critic's best-of-K as served (K = params.yaml's
 critic.serve_k: greedy + K samples in one batched rollout, the group heuristics, one critic pass) on
 the same 256 slices (target <= 0.5 s) and on the 1,024 workers (target <= 2 s), for the paper-size
-policy (and at 256 slices the grid's, dt-grid.yaml), at torch's default threads as `pmoss schedule`
+policy (and at 256 slices the grid's, dt-grid.yaml: its shape and token layout), at torch's default threads as `pmoss schedule`
 runs it: the inference a critic-ranked version costs, scoring included.
 
     .venv/bin/python benchmarks/bench_inference.py [--quick]   # --quick skips the slow uncached baseline (keeps that record)
@@ -113,8 +113,9 @@ def before_39(fn: Callable[[], object]) -> Callable[[], object]:
     """`fn` run with the pre-#39 rollout wherever pmoss.learn.rollout calls `rollout` (propose, candidate_pool)."""
 
     def run() -> object:
-        # the pre-#39 rollout read the whole episode: it takes no context
-        saved, rollout_module.rollout = rollout_module.rollout, lambda *a, context=None, **k: dense_rollout(*a, **k)
+        # the pre-#39 rollout read the whole episode and had no mask on groups of every worker (none of
+        # the benchmark's machines, all multi-node, has one): it takes neither argument
+        saved, rollout_module.rollout = rollout_module.rollout, lambda *a, context=None, machine_wide=False, **k: dense_rollout(*a, **k)
         try:
             return fn()
         finally:
@@ -158,6 +159,15 @@ def critic_of(m: Machine, config: str) -> Bundle:
     critic.info["algo"] = "critic"
     critic.members = [dataclasses.replace(critic) for _ in range(cfg.get("critic", {}).get("members", 1) - 1)]  # one value pass each
     return critic
+
+
+def grid_policy(m: Machine) -> tuple[str, Bundle]:
+    """The paper grid's policy (training/dt-grid.yaml: its shape and token layout) with random weights, and its description."""
+    model = yaml.safe_load((ROOT / "training" / "dt-grid.yaml").read_text())["model"]
+    shape = {k: v for k, v in model.items() if k != "dropout"}
+    tokens = shape.get("slice_tokens", 3)
+    size = f"{shape['n_layer']}L/{shape['n_head']}H/{shape['n_embd']}D{', one token a slice' if tokens == 1 else ''}, training/dt-grid.yaml"
+    return size, bundle_for(m, **shape)
 
 
 def served_bundle(policy: Bundle, m: Machine, config: str, row: dict) -> Bundle:
@@ -204,7 +214,7 @@ def main() -> None:
     settings = served_settings()
     k = settings["k"]
     for name, size, policy, config in (("inference_dt_critic_256", "6L/8H/128D", b, "critic-tiny.yaml"),
-                                       ("inference_dt_critic_256_grid", "3L/4H/128D, training/dt-grid.yaml", bundle_for(m, n_layer=3, n_head=4), "critic-grid.yaml")):  # fmt: skip
+                                       ("inference_dt_critic_256_grid", *grid_policy(m), "critic-grid.yaml")):  # fmt: skip
         paired = served_bundle(policy, m, config, row)
         t = interleaved({"new": lambda: propose(paired, m, row, **settings), "before": before_39(lambda: propose(paired, m, row, **settings))}, rounds)  # type: ignore[arg-type]  # noqa: B023
         ranked = med(t["new"])
