@@ -26,6 +26,10 @@ if TYPE_CHECKING:  # torch is imported where a bundle is read or written: `pmoss
     from pmoss.learn.model import DecisionTransformer, DTConfig
 
 BUNDLE_FILE = "model.pt"
+# What a bundle's `info["inference"]` may set of its rollouts: the return target and the inference-only
+# masks (docs/model.md "Inference masks"). The mask-only control and the proposals a critic trains on
+# roll out under these and no other setting.
+ROLLOUT_SETTINGS = ("target_factor", "cap", "load_cap", "machine_wide")
 
 
 @dataclass
@@ -61,7 +65,7 @@ def untrained_like(bundle: Bundle, seed: int = 0) -> Bundle:
     from pmoss.learn.model import DecisionTransformer
 
     torch.manual_seed(seed)
-    masks = {k: v for k, v in bundle.info.get("inference", {}).items() if k in ("target_factor", "cap", "load_cap", "machine_wide")}  # greedy, no critic
+    masks = {k: v for k, v in bundle.info.get("inference", {}).items() if k in ROLLOUT_SETTINGS}  # greedy, no critic
     info = {**bundle.info, "inference": masks, "control": "untrained (mask-only)"}
     return Bundle(bundle.config, bundle.stats, DecisionTransformer(bundle.config).state_dict(), info)
 

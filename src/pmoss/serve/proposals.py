@@ -46,11 +46,12 @@ def proposal_chunks(bundle: Any, pool: Pool, snapshots: dict[tuple[str, str, str
                     model_name: str, out: Path, progress: bool = True) -> Chunk:  # fmt: skip
     """(spec, schedule) of every distinct candidate of every snapshot not yet under `out`; without a
     bar (`progress` false or stdout no terminal: a DVC stage), a line every PMOSS_PROGRESS_S seconds."""
+    from pmoss.learn.bundle import ROLLOUT_SETTINGS
     from pmoss.learn.rollout import candidate_pool
     from pmoss.progress import Ticker, line_interval, show_bar
 
     settings = {"target_factor": 2.0, "temperature": 1.0, **{key: v for key, v in bundle.info.get("inference", {}).items()
-                                                             if key in ("target_factor", "temperature", "cap", "load_cap", "machine_wide")}}  # fmt: skip
+                                                             if key in (*ROLLOUT_SETTINGS, "temperature")}}  # fmt: skip
     machines = {m: load_backend_machine(pool.backend, m, "pool", pool.descriptors.get(m)) for m in pool.machines}
     finished, todo = done_ids(out), []
     with Ticker(f"propose {pool.name}: candidates", sum(map(len, snapshots.values())), "snapshot", line_interval(show_bar(progress))) as ticker:
